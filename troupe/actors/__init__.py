@@ -1,0 +1,1 @@
+"""One Ray actor class per role: rollout engines, scorers, rewards, learners, agents."""

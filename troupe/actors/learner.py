@@ -1,0 +1,258 @@
+"""Learner: the policy, its optimizer and its loss; N ranks train with torch DDP.
+
+``update(batch, extras) → metrics`` runs ``num_minibatches`` optimizer steps over the batch;
+every rank reads the whole batch (a zero-copy object-store read) and trains on its own
+slice of each minibatch, with loss normalisers computed over the whole minibatch, so N
+ranks give the gradient of one. ``publish_weights()`` returns a versioned `WeightUpdate`
+(LoRA: the adapter only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+from typing import Any
+
+import numpy as np
+import torch
+
+from troupe.actors.base import configure_threads
+from troupe.actors.logprobs import completion_forward, score_completions
+from troupe.actors.losses import AGGREGATIONS, policy_objective
+from troupe.actors.models import load_causal_lm
+from troupe.actors.scorer import as_batch
+from troupe.actors.transport import lora as lora_transport
+from troupe.actors.transport import object_store
+from troupe.actors.transport.base import WeightUpdate, pack_state_dict, unpack_state_dict
+from troupe.platform.batch import Batch
+from troupe.platform.config import check
+
+
+@dataclasses.dataclass
+class LoraSettings:
+    enabled: bool = False
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = dataclasses.field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    def peft_config(self) -> dict[str, Any]:
+        return {"r": self.r, "lora_alpha": self.alpha, "lora_dropout": self.dropout,
+                "target_modules": list(self.target_modules), "task_type": "CAUSAL_LM"}
+
+
+@dataclasses.dataclass
+class LearnerConfig:
+    """The learner section of an RL algorithm's config."""
+
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0
+    loss: str = "ppo_clip"
+    aggregation: str = "grpo"  # grpo | dr_grpo | dapo
+    clip_low: float = 0.2
+    clip_high: float = 0.2  # DAPO's clip-higher raises this (e.g. 0.28)
+    kl_coef: float = 0.0  # k3 KL to the reference policy; > 0 adds a reference scorer
+    num_minibatches: int = 1  # optimizer steps per batch
+    micro_batch_size: int = 64
+    recompute_old_logprobs: bool = False  # recompute π_old with the learner (use with vLLM)
+    num_ranks: int = 1
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    dtype: str = "float32"
+    lora: LoraSettings = dataclasses.field(default_factory=LoraSettings)
+
+    def __post_init__(self) -> None:
+        check(self.lr > 0, "learner.lr", self.lr, "a number > 0")
+        check(self.aggregation in AGGREGATIONS, "learner.aggregation", self.aggregation, f"one of {AGGREGATIONS}")
+        check(self.num_minibatches >= 1, "learner.num_minibatches", self.num_minibatches, "an integer >= 1")
+        check(self.micro_batch_size >= 1, "learner.micro_batch_size", self.micro_batch_size, "an integer >= 1")
+        check(self.num_ranks >= 1, "learner.num_ranks", self.num_ranks, "an integer >= 1")
+        check(self.grad_clip >= 0, "learner.grad_clip", self.grad_clip, "a number >= 0 (0 disables)")
+        check(self.kl_coef >= 0, "learner.kl_coef", self.kl_coef, "a number >= 0")
+
+
+class Learner:
+    """One rank of the policy learner."""
+
+    def __init__(self, model_path: str, config: dict[str, Any] | LearnerConfig, rank: int = 0,
+                 world_size: int = 1, seed: int = 0, temperature: float = 1.0, max_len: int | None = None,
+                 device: str = "cpu") -> None:
+        configure_threads()
+        self.cfg = config if isinstance(config, LearnerConfig) else _learner_config(config)
+        self.rank, self.world_size = rank, world_size
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.max_len = max_len
+        self.device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        torch.manual_seed(seed)
+        model, self.tokenizer = load_causal_lm(model_path, self.cfg.dtype, self.device)
+        if self.cfg.lora.enabled:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(**self.cfg.lora.peft_config()))
+        self.model = model
+        self.model.train()
+        self.ddp_model: Any = None
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr, betas=tuple(self.cfg.betas),
+                                           weight_decay=self.cfg.weight_decay)
+        self.version = 0
+        self.updates = 0
+
+    # -- distributed ----------------------------------------------------------------
+    def master_address(self) -> tuple[str, int]:
+        """An address and free port for the process group (asked of rank 0)."""
+        import ray
+
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ip, port
+
+    def init_distributed(self, addr: str, port: int) -> bool:
+        if self.world_size == 1:
+            return True
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        backend = "nccl" if self.device.startswith("cuda") else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=self.rank,
+                                world_size=self.world_size)
+        self.ddp_model = DistributedDataParallel(self.model)
+        return True
+
+    # -- training ---------------------------------------------------------------------
+    def update(self, batch: Batch | list[Any], extras: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Train on ``batch`` with per-row ``extras`` (``advantages`` [N] or [N, C]; optional
+        ``ref_logprobs`` [N, C]); returns this rank's metrics."""
+        batch = as_batch(batch)
+        for k, v in extras.items():
+            batch[k] = v
+        batch.require("advantages", "logprobs", who="Learner.update")
+        if self.cfg.kl_coef > 0:
+            batch.require("ref_logprobs", who="Learner.update with learner.kl_coef > 0")
+        if self.cfg.recompute_old_logprobs:
+            self.model.eval()
+            batch["logprobs"] = score_completions(self.model, batch.to(self.device), self.temperature,
+                                                  self.cfg.micro_batch_size)["logprobs"].cpu()
+            self.model.train()
+        metrics: dict[str, list[float]] = {}
+        for minibatch in batch.split(self.cfg.num_minibatches):
+            for k, v in self._optimizer_step(minibatch).items():
+                metrics.setdefault(k, []).append(v)
+        return {k: float(np.mean(v)) for k, v in metrics.items()}
+
+    def _optimizer_step(self, minibatch: Batch) -> dict[str, float]:
+        mask = minibatch["completion_mask"]
+        norm = {"num_seqs": len(minibatch), "num_tokens": int(mask.sum()),
+                "max_len": self.max_len or mask.shape[1]}
+        shard = minibatch.split(self.world_size)[self.rank]
+        model = self.ddp_model or self.model
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        micro = list(shard.chunks(self.cfg.micro_batch_size)) or [shard]
+        for i, mb in enumerate(micro):
+            mb = mb.to(self.device)
+            last = i == len(micro) - 1
+            ctx = model.no_sync() if (self.ddp_model is not None and not last) else contextlib.nullcontext()
+            with ctx:
+                fwd = completion_forward(model, mb, self.temperature, with_entropy=True)
+                loss, m = policy_objective(
+                    self.cfg.loss, fwd["logprobs"], mb["logprobs"], mb["advantages"], mb["completion_mask"],
+                    aggregation=self.cfg.aggregation, kl_coef=self.cfg.kl_coef, ref_logprobs=mb.get("ref_logprobs"),
+                    clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, **norm,
+                )
+                # DDP averages gradients over ranks; the normalisers are already global.
+                (loss * self.world_size).backward()
+            cm = mb["completion_mask"].float()
+            m["entropy"] = float((fwd["entropy"] * cm).sum() / cm.sum().clamp(min=1))
+            for k, v in m.items():
+                totals[k] = totals.get(k, 0.0) + v * len(mb) / max(len(shard), 1)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
+        self.optimizer.step()
+        self.updates += 1
+        totals["grad_norm"] = float(grad_norm)
+        return totals
+
+    # -- weights ------------------------------------------------------------------------
+    def publish_weights(self) -> WeightUpdate:
+        """Put the current weights in the object store under a new version."""
+        self.version += 1
+        if self.cfg.lora.enabled:
+            from peft import get_peft_model_state_dict
+
+            return lora_transport.publish(get_peft_model_state_dict(self.model), self.cfg.lora.peft_config(),
+                                          self.version)
+        return object_store.publish(self.model.state_dict(), self.version)
+
+    def load_weights(self, update: WeightUpdate) -> int:
+        object_store.receive(self.model, update)
+        return update.version
+
+    def logprobs(self, batch: Batch | list[Any]) -> torch.Tensor:
+        self.model.eval()
+        try:
+            return score_completions(self.model, as_batch(batch).to(self.device), self.temperature,
+                                     self.cfg.micro_batch_size)["logprobs"].cpu()
+        finally:
+            self.model.train()
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def get_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(arrays, json_state)``: weights and optimizer moments as numpy, the rest as JSON."""
+        if self.cfg.lora.enabled:
+            from peft import get_peft_model_state_dict
+
+            weights = get_peft_model_state_dict(self.model)
+        else:
+            weights = self.model.state_dict()
+        arrays = {f"model/{k}": v for k, v in weights.items()}
+        opt = self.optimizer.state_dict()
+        for pid, st in opt["state"].items():
+            for name, v in st.items():
+                if isinstance(v, torch.Tensor):
+                    arrays[f"optim/{pid}/{name}"] = v
+        meta = {"param_groups": opt["param_groups"], "version": self.version, "updates": self.updates,
+                "optim_keys": {str(pid): sorted(st) for pid, st in opt["state"].items()},
+                "torch_rng": torch.get_rng_state().tolist()}
+        return pack_state_dict(arrays), json.loads(json.dumps(meta))
+
+    def set_state(self, packed: dict[str, Any], meta: dict[str, Any]) -> bool:
+        arrays = unpack_state_dict(packed)
+        weights = {k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")}
+        if self.cfg.lora.enabled:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, weights)
+        else:
+            self.model.load_state_dict(weights, strict=False)
+        state = {int(pid): {n: arrays[f"optim/{pid}/{n}"].clone() for n in names}
+                 for pid, names in meta["optim_keys"].items()}
+        self.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+        self.version = int(meta["version"])
+        self.updates = int(meta["updates"])
+        torch.set_rng_state(torch.tensor(meta["torch_rng"], dtype=torch.uint8))
+        return True
+
+    def save_pretrained(self, path: str) -> str:
+        """Write a loadable model directory (LoRA merged into a copy of the base weights)."""
+        import copy
+
+        from troupe.actors.models import save_model
+
+        os.makedirs(path, exist_ok=True)
+        model = copy.deepcopy(self.model).merge_and_unload() if self.cfg.lora.enabled else self.model
+        save_model(model, self.tokenizer, path)
+        return path
+
+
+def _learner_config(d: dict[str, Any]) -> LearnerConfig:
+    from troupe.platform.config import from_dict
+
+    return from_dict(LearnerConfig, d, prefix="learner.")

@@ -1,0 +1,50 @@
+"""Per-token log-probs of completions under a causal LM: the one computation shared by the
+learner, the reference scorer and the teacher scorer, so that they agree to the last bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from troupe.actors.losses import entropy_from_logits, selective_log_softmax
+from troupe.platform.batch import Batch
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids for left-padded rows: 0 at the first real token (as `generate` numbers them)."""
+    pos = attention_mask.long().cumsum(-1) - 1
+    return pos.clamp(min=0)
+
+
+def completion_forward(
+    model: Any, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, top_k: int = 0,
+) -> dict[str, torch.Tensor]:
+    """Log-probs ``[B, C]`` of ``completion_ids`` given ``prompt_ids`` (and, on request, the
+    entropy and the top-k log-prob distribution at every completion position)."""
+    batch.require("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", who="completion_forward")
+    p_ids, p_mask = batch["prompt_ids"], batch["prompt_mask"]
+    c_ids, c_mask = batch["completion_ids"], batch["completion_mask"]
+    input_ids = torch.cat([p_ids, c_ids], 1)
+    attn = torch.cat([p_mask, c_mask], 1)
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=positions_from_mask(attn), use_cache=False)
+    P = p_ids.shape[1]
+    logits = out.logits[:, P - 1 : -1].float()
+    if temperature and temperature != 1.0:
+        logits = logits / temperature
+    result = {"logprobs": selective_log_softmax(logits, c_ids)}
+    if with_entropy:
+        result["entropy"] = entropy_from_logits(logits.detach())
+    if top_k:
+        lp = torch.log_softmax(logits, -1)
+        vals, idx = lp.topk(top_k, dim=-1)
+        result["topk_logprobs"], result["topk_ids"] = vals, idx
+    return result
+
+
+@torch.no_grad()
+def score_completions(model: Any, batch: Batch, temperature: float = 1.0, micro_batch_size: int = 64,
+                      top_k: int = 0) -> dict[str, torch.Tensor]:
+    """`completion_forward` without gradients, in micro-batches, concatenated."""
+    parts = [completion_forward(model, mb, temperature, top_k=top_k) for mb in batch.chunks(micro_batch_size)]
+    return {k: torch.cat([p[k] for p in parts], 0) for k in parts[0]}

@@ -1,0 +1,154 @@
+"""Models without a network: a tiny Qwen2-style causal LM built from a config, a tokenizer
+trained locally, and one loader for those, a hub id or a local path.
+
+The embedded default names its model ``tiny``; any other string is a hub id or a local
+directory and goes to ``transformers`` unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from troupe.platform.errors import ConfigError
+
+# The chat format of Qwen2; the tiny tokenizer has these as special tokens.
+IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}" + IM_START + "{{ m['role'] }}\n{{ m['content'] }}" + IM_END + "\n{% endfor %}"
+    "{% if add_generation_prompt %}" + IM_START + "assistant\n{% endif %}"
+)
+MARKER = "troupe_tokenizer.json"  # written beside a tokenizer troupe built
+
+
+@dataclasses.dataclass
+class TinyLMSpec:
+    """Shape of the tiny Qwen2-style model (about 150k parameters at the defaults)."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 192
+    vocab_size: int = 384
+    max_position_embeddings: int = 256
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(f"model.tiny.hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(f"model.tiny.num_heads={self.num_heads} must be divisible by num_kv_heads={self.num_kv_heads}")
+
+
+def train_tokenizer(corpus: list[str], vocab_size: int = 384) -> Any:
+    """A byte-level BPE tokenizer trained on ``corpus``, digits kept one per token, with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # Single-digit tokens keep arithmetic learnable; byte-level makes any text encodable.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[PAD, IM_START, IM_END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=None, eos_token=IM_END, pad_token=PAD, unk_token=None,
+        padding_side="left",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_lm(spec: TinyLMSpec, tokenizer: Any, seed: int = 0) -> Any:
+    """A randomly initialised Qwen2-style causal LM sized by ``spec``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = None
+    return model
+
+
+def save_model(model: Any, tokenizer: Any, path: str | Path) -> None:
+    path = Path(path)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    (path / MARKER).write_text(json.dumps({"built_by": "troupe"}) + "\n")
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or Path(name).expanduser().exists() or name.count("/") > 1
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """The tokenizer of a model directory or hub id (troupe's own reload as the fast class)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = Path(name_or_path).expanduser()
+    if (path / MARKER).is_file():
+        # AutoTokenizer beside a qwen2 config.json would rebuild it as a Qwen2Tokenizer with other ids.
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path) if path.exists() else name_or_path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a local directory or a hub id, with errors that say what to fix."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(name_or_path).expanduser()
+    if _looks_local(name_or_path) and not path.exists():
+        raise ConfigError(
+            f"model path {name_or_path!r} does not exist; give a local model directory, a hub id, "
+            f"or model.path=tiny for the embedded model"
+        )
+    if path.exists() and not (path / "config.json").is_file():
+        raise ConfigError(f"model path {name_or_path!r} has no config.json; is it a saved causal LM?")
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(dtype)
+    if torch_dtype is None:
+        raise ConfigError(f"model.dtype={dtype!r}: expected float32, bfloat16 or float16")
+    try:
+        tok = load_tokenizer(name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(str(path) if path.exists() else name_or_path, dtype=torch_dtype)
+    except OSError as e:
+        raise ConfigError(
+            f"cannot load model {name_or_path!r}: {e}. Without a network, point model.path at a local "
+            f"directory or use model.path=tiny."
+        ) from e
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tok.pad_token_id
+    return model.to(device), tok
+
+
+def count_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,165 @@
+"""The rollout → reward → learner graph that LLM algorithms share (GRPO, BPO, OPD, ...).
+
+`PolicyGraph` declares the roles from the common config sections and offers the fan-out
+calls an algorithm's `step` is written with: generate, score, reference log-probs, update,
+weight sync, evaluate, save and load. Data moves as object refs; the driver pulls only
+rewards and metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from troupe.actors.learner import Learner
+from troupe.actors.reward import RuleReward
+from troupe.actors.scorer import Scorer
+from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
+from troupe.platform.config import to_dict
+from troupe.platform.placement import ActorGraph, Role
+
+
+def rollout_class(backend: str) -> type:
+    """The engine class for a backend; vLLM is imported only when chosen."""
+    if backend == "hf":
+        from troupe.actors.rollout_hf import HFRolloutEngine
+
+        return HFRolloutEngine
+    if backend == "vllm":
+        from troupe.actors.rollout_vllm import VLLMRolloutEngine
+
+        return VLLMRolloutEngine
+    raise ValueError(f"rollout.backend={backend!r}: expected 'hf' or 'vllm'")
+
+
+def step_seed(seed: int, step: int, salt: str = "") -> int:
+    """A 31-bit seed that depends only on (run seed, step, salt): resumed runs resample identically."""
+    h = hashlib.blake2b(f"{seed}:{step}:{salt}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") & 0x7FFFFFFF
+
+
+class PolicyGraph:
+    """Roles and calls of a policy-optimisation graph built from a config with ``model``,
+    ``rollout``, ``reward``, ``learner`` and ``reference`` sections."""
+
+    def __init__(self, cfg: Any, model_path: str, reward_kwargs: dict[str, Any] | None = None) -> None:
+        self.cfg = cfg
+        self.model_path = str(model_path)
+        self.reward_kwargs = reward_kwargs or {}
+        self.graph: ActorGraph | None = None
+
+    # -- roles ------------------------------------------------------------------------
+    def roles(self) -> list[Role]:
+        c = self.cfg
+        device = c.model.device
+        rc = c.rollout
+        learner_kwargs = {"model_path": self.model_path, "config": to_dict(c.learner), "world_size": c.learner.num_ranks,
+                          "seed": c.run.seed, "temperature": rc.sampling.temperature,
+                          "max_len": rc.sampling.max_new_tokens, "device": device}
+        roles = [
+            Role("learner", Learner, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
+                 num_gpus=c.learner.num_gpus, colocate="policy" if rc.colocate_with_learner else None,
+                 kwargs=learner_kwargs, rank_kwargs=[{"rank": r} for r in range(c.learner.num_ranks)]),
+            Role("rollout", rollout_class(rc.backend), count=rc.num_engines, num_cpus=rc.num_cpus,
+                 num_gpus=rc.num_gpus, colocate="policy" if rc.colocate_with_learner else None,
+                 kwargs=self._rollout_kwargs(), max_restarts=rc.max_restarts),
+            Role("reward", RuleReward, num_cpus=c.reward.num_cpus,
+                 kwargs={"fn": c.reward.fn, "on_error": c.reward.on_error, "kwargs": self.reward_kwargs}),
+        ]
+        if c.learner.kl_coef > 0:
+            roles.append(Role("reference", Scorer, num_cpus=c.reference.num_cpus, num_gpus=c.reference.num_gpus,
+                              kwargs={"model_path": self.model_path, "dtype": c.model.dtype, "device": device}))
+        return roles
+
+    def _rollout_kwargs(self) -> dict[str, Any]:
+        c = self.cfg
+        kw: dict[str, Any] = {"model_path": self.model_path, "dtype": c.model.dtype, "seed": c.run.seed}
+        if c.rollout.backend == "vllm":
+            kw["gpu_memory_utilization"] = c.rollout.gpu_memory_utilization
+        else:
+            kw["device"] = c.model.device
+        return kw
+
+    def setup(self, graph: ActorGraph) -> None:
+        self.graph = graph
+        learners = graph["learner"]
+        if len(learners) > 1:
+            addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
+            learners.call("init_distributed", addr, port)
+
+    # -- the calls ----------------------------------------------------------------------
+    def generate(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int) -> list[Any]:
+        """Spread prompts over the rollout engines; returns one Batch ref per engine."""
+        engines = self.graph["rollout"]
+        n = len(engines)
+        bounds = [round(i * len(prompts) / n) for i in range(n + 1)]
+        refs = []
+        for i, h in enumerate(engines.handles):
+            lo, hi = bounds[i], bounds[i + 1]
+            if hi > lo:
+                refs.append(h.generate.remote(prompts[lo:hi], sampling, rows[lo:hi], seed=seed + i))
+        return refs
+
+    def wait_batches(self, refs: list[Any]) -> list[Any]:
+        """Block until the rollout refs are ready (so timings split cleanly); returns the refs."""
+        self.graph["rollout"].wait(refs, "generate")
+        return refs
+
+    def score(self, batch_refs: list[Any]) -> dict[str, Any]:
+        reward = self.graph["reward"]
+        return reward.wait([reward[0].score.remote(batch_refs)], "score")[0]
+
+    def reference_logprobs(self, batch_refs: list[Any]) -> Any:
+        """An object ref of the reference log-probs (the driver does not pull them)."""
+        ref = self.graph["reference"]
+        return ref[0].logprobs.remote(batch_refs, self.cfg.rollout.sampling.temperature or 1.0)
+
+    def update(self, batch_refs: list[Any], extras: dict[str, Any]) -> dict[str, float]:
+        per_rank = self.graph["learner"].call("update", batch_refs, extras)
+        return {k: float(np.mean([m[k] for m in per_rank])) for k in per_rank[0]}
+
+    def sync_weights(self) -> dict[str, float]:
+        """Publish from learner rank 0 and install on every engine; returns bytes and seconds."""
+        t = time.perf_counter()
+        learners, engines = self.graph["learner"], self.graph["rollout"]
+        update_ref = learners[0].publish_weights.remote()
+        engines.wait([h.load_weights.remote(update_ref) for h in engines.handles], "load_weights")
+        nbytes = learners.wait([update_ref], "publish_weights")[0].nbytes
+        return {"sync/bytes": float(nbytes), "time/sync_s": time.perf_counter() - t}
+
+    def evaluate(self, rows: list[dict], sampling: Any, seed: int = 0) -> dict[str, float]:
+        """Mean reward on ``rows`` (accuracy for a 0/1 reward)."""
+        refs = self.generate([r["prompt"] for r in rows], rows, sampling, seed)
+        return {"reward": float(self.score(refs)["rewards"].mean())}
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def save(self, ckpt_dir: Path) -> None:
+        learners = self.graph["learner"]
+        packed, meta = learners.wait([learners[0].get_state.remote()], "get_state")[0]
+        tensors = {k: torch.from_numpy(np.array(a)) for k, (a, _) in packed.items()}
+        dtypes = {k: name for k, (_, name) in packed.items() if name}
+        save_state_dict(ckpt_dir / "learner.safetensors", tensors)
+        atomic_write_json(ckpt_dir / "learner.json", {**meta, "views": dtypes})
+
+    def load(self, ckpt_dir: Path) -> None:
+        import json
+
+        meta = json.loads((ckpt_dir / "learner.json").read_text())
+        views = meta.pop("views", {})
+        tensors = load_state_dict(ckpt_dir / "learner.safetensors")
+        packed = {k: (t.numpy(), views.get(k)) for k, t in tensors.items()}
+        self.graph["learner"].call("set_state", packed, meta)
+        self.sync_weights()
+
+
+def group_rows(rows: list[dict], group_size: int) -> tuple[list[str], list[dict], torch.Tensor]:
+    """Repeat each row ``group_size`` times; returns prompts, rows and group ids."""
+    prompts = [r["prompt"] for r in rows for _ in range(group_size)]
+    rep = [r for r in rows for _ in range(group_size)]
+    gids = torch.arange(len(rows)).repeat_interleave(group_size)
+    return prompts, rep, gids

@@ -1,0 +1,144 @@
+"""The starting checkpoint: build the embedded tiny model (or load a real one) and fit it by
+supervised fine-tuning on a task's training split, so RL starts from a real SFT model.
+
+The result is cached under ``$TROUPE_CACHE`` (default ``~/.cache/troupe``), keyed by
+everything that shapes it, and written atomically: a second run, or an actor on the same
+machine, loads the same directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from troupe.actors.logprobs import positions_from_mask
+from troupe.actors.models import TinyLMSpec, build_tiny_lm, load_causal_lm, save_model, train_tokenizer
+from troupe.platform.checkpoint import atomic_write_json
+from troupe.platform.config import check, to_dict
+
+log = logging.getLogger("troupe")
+
+
+class SFTTask(Protocol):
+    def sample(self, n: int, split: str, rng: np.random.Generator) -> list[dict]: ...
+    def corpus(self, n: int = ..., seed: int = ...) -> list[str]: ...
+
+
+@dataclasses.dataclass
+class SFTConfig:
+    steps: int = 300  # 0 skips SFT (a real instruct model may not need it)
+    batch_size: int = 64
+    lr: float = 3e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(self.steps >= 0, "model.sft.steps", self.steps, "an integer >= 0")
+        check(self.batch_size >= 1, "model.sft.batch_size", self.batch_size, "an integer >= 1")
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Which policy to start from."""
+
+    path: str = "tiny"  # "tiny" builds the embedded model; otherwise a hub id or a local directory
+    dtype: str = "float32"
+    device: str = "cpu"  # "cpu", "cuda" or "auto"
+    tiny: TinyLMSpec = dataclasses.field(default_factory=TinyLMSpec)
+    sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
+    cache_dir: str | None = None
+
+
+def cache_root(model_cfg: ModelConfig) -> Path:
+    root = model_cfg.cache_dir or os.environ.get("TROUPE_CACHE") or Path.home() / ".cache" / "troupe"
+    return Path(root).expanduser()
+
+
+def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, Any]) -> Path | str:
+    """Path of the model RL starts from: the cached SFT checkpoint, built on first use."""
+    if model_cfg.path != "tiny" and model_cfg.sft.steps == 0:
+        load_causal_lm(model_cfg.path)  # fail now, in the driver, with a clear error
+        return model_cfg.path
+    key_src = {"model": to_dict(model_cfg) | {"cache_dir": None}, "task": task_key, "v": 1}
+    key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:16]
+    final = cache_root(model_cfg) / "sft" / key
+    if (final / "sft.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}.", suffix=".tmp"))
+    try:
+        info = fit_sft(model_cfg, task, tmp)
+        atomic_write_json(tmp / "sft.json", {**info, "key": key_src})
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process finished first: theirs is as good
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def fit_sft(model_cfg: ModelConfig, task: SFTTask, out: Path) -> dict[str, Any]:
+    """Train (or load) the model, run SFT on the task and save it to ``out``."""
+    import torch
+
+    t0 = time.perf_counter()
+    if model_cfg.path == "tiny":
+        tokenizer = train_tokenizer(task.corpus(4000, seed=model_cfg.sft.seed), model_cfg.tiny.vocab_size)
+        model = build_tiny_lm(model_cfg.tiny, tokenizer, seed=model_cfg.sft.seed)
+    else:
+        model, tokenizer = load_causal_lm(model_cfg.path, model_cfg.dtype)
+    rng = np.random.default_rng(model_cfg.sft.seed)
+    torch.manual_seed(model_cfg.sft.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=model_cfg.sft.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    model.train()
+    losses = []
+    for _ in range(model_cfg.sft.steps):
+        rows = task.sample(model_cfg.sft.batch_size, "train", rng)
+        input_ids, attn, labels = sft_tensors(tokenizer, rows)
+        loss = model(input_ids=input_ids, attention_mask=attn, position_ids=positions_from_mask(attn),
+                     labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    model.eval()
+    save_model(model, tokenizer, out)
+    info = {"sft_steps": model_cfg.sft.steps, "final_loss": float(np.mean(losses[-20:])) if losses else None,
+            "parameters": sum(p.numel() for p in model.parameters()), "seconds": round(time.perf_counter() - t0, 1)}
+    log.info("SFT checkpoint built in %.1fs: %s", info["seconds"], info)
+    return info
+
+
+def sft_tensors(tokenizer: Any, rows: list[dict]) -> tuple[Any, Any, Any]:
+    """Chat-formatted prompt + answer + end-of-turn; labels only on the answer."""
+    import torch
+
+    seqs, label_seqs = [], []
+    for row in rows:
+        prompt = tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}], tokenize=False,
+                                               add_generation_prompt=True)
+        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        a_ids = tokenizer(str(row["answer"]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        seqs.append(p_ids + a_ids)
+        label_seqs.append([-100] * len(p_ids) + a_ids)
+    width = max(len(s) for s in seqs)
+    pad = tokenizer.pad_token_id
+    # Left padding, as at generation time, so positions match what the policy will see.
+    input_ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs])
+    attn = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs])
+    labels = torch.tensor([[-100] * (width - len(s)) + s for s in label_seqs])
+    return input_ids, attn, labels

@@ -1,0 +1,3 @@
+"""Environments and datasets; importing this package registers them and their rewards."""
+
+from troupe.envs import arithmetic, datasets  # noqa: F401

@@ -1,0 +1,123 @@
+"""Atomic writes and checkpoints: a crash mid-write never leaves a half file where a good one was.
+
+A checkpoint is a folder ``step-<N>/`` holding safetensors weights and JSON state; it is
+written under a temporary name and renamed into place, and ``latest`` names the newest
+complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # numpy is a dependency; this only guards odd environments
+        pass
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def save_state_dict(path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:
+    """Save torch tensors as safetensors, atomically."""
+    from safetensors.torch import save
+
+    flat = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    atomic_write_bytes(path, save(flat, metadata=metadata))
+
+
+def load_state_dict(path: str | Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+class CheckpointDir:
+    """The ``checkpoints/`` folder of a run: ``step-<N>/`` folders and a ``latest`` pointer."""
+
+    def __init__(self, root: str | Path, keep: int = 2) -> None:
+        self.root = Path(root)
+        self.keep = keep
+
+    def write(self, step: int, fill: Callable[[Path], None]) -> Path:
+        """Call ``fill(tmp_dir)`` to write the files, then move the folder into place atomically."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.root / f"step-{step:08d}"
+        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".step-{step:08d}.", suffix=".tmp"))
+        try:
+            fill(tmp)
+            _fsync_dir(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        atomic_write_text(self.root / "latest", final.name + "\n")
+        self._prune()
+        return final
+
+    def latest(self) -> Path | None:
+        pointer = self.root / "latest"
+        if pointer.is_file():
+            candidate = self.root / pointer.read_text().strip()
+            if candidate.is_dir():
+                return candidate
+        done = sorted(p for p in self.root.glob("step-*") if p.is_dir())
+        return done[-1] if done else None
+
+    def _prune(self) -> None:
+        done = sorted(p for p in self.root.glob("step-*") if p.is_dir())
+        for old in done[: max(0, len(done) - self.keep)]:
+            shutil.rmtree(old, ignore_errors=True)
+        for stale in self.root.glob(".step-*.tmp"):  # left by a crash mid-write
+            shutil.rmtree(stale, ignore_errors=True)

@@ -1,0 +1,227 @@
+"""Typed configs: dataclasses hold every default, YAML presets and dotted overrides change them.
+
+An unknown key, a wrong type or a bad value raises `ConfigError` naming the dotted key and
+what is allowed. The resolved config is a plain dict that round-trips through YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+
+from troupe.platform.errors import ConfigError
+
+C = TypeVar("C")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """Settings every algorithm shares: how long, how often, where, on what cluster."""
+
+    steps: int = 100
+    seed: int = 0
+    eval_every: int = 10  # 0 disables periodic evaluation (a final one still runs)
+    checkpoint_every: int = 50  # 0 keeps only the final checkpoint
+    out: str = "runs"
+    address: str | None = None  # Ray address; None starts a private local cluster
+    num_cpus: int | None = None  # CPUs of that local cluster; None lets Ray count them
+    placement_timeout_s: float = 300.0
+    call_timeout_s: float = 900.0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        check(self.steps >= 0, "run.steps", self.steps, "an integer >= 0")
+        check(self.eval_every >= 0, "run.eval_every", self.eval_every, "an integer >= 0")
+        check(self.checkpoint_every >= 0, "run.checkpoint_every", self.checkpoint_every, "an integer >= 0")
+        check(self.placement_timeout_s > 0, "run.placement_timeout_s", self.placement_timeout_s, "> 0")
+        check(self.call_timeout_s > 0, "run.call_timeout_s", self.call_timeout_s, "> 0")
+
+
+def check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    """Raise a `ConfigError` naming ``key`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"config key {key!r} = {value!r} is not allowed: expected {allowed}")
+
+
+def _type_name(tp: Any) -> str:
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` and convert where it is lossless."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"config key {key!r} = {value!r}: expected {' or '.join(_type_name(a) for a in args)}")
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"config key {key!r} = {value!r}: expected {_type_name(tp)}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(value):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key {key!r} is a section: expected a mapping, got {value!r}")
+        return from_dict(tp, value, prefix=key + ".")
+    if origin in (list, tuple):
+        if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+            raise ConfigError(f"config key {key!r} = {value!r}: expected a list")
+        (item_tp, *_rest) = get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key {key!r} = {value!r}: expected a mapping")
+        _, vt = get_args(tp) or (Any, Any)
+        return {k: _coerce(v, vt, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key {key!r} = {value!r}: expected true or false")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"config key {key!r} = {value!r}: expected an integer")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"config key {key!r} = {value!r}: expected a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"config key {key!r} = {value!r}: expected a string")
+    return value
+
+
+def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
+    """Build the dataclass ``cls`` from a (partial) mapping, checking every key and type."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        allowed = ", ".join(prefix + k for k in fields)
+        raise ConfigError(f"unknown config key {prefix + unknown[0]!r}; allowed keys here: {allowed}")
+    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config section {prefix.rstrip('.') or cls.__name__!r}: {e}") from e
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain Python values (lists, dicts, scalars) ready for YAML or JSON."""
+    return _plain(dataclasses.asdict(cfg))
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``update`` into a copy of ``base`` (sections merge, scalars replace)."""
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``"learner.lr=1e-4"`` → ``{"learner": {"lr": 1e-4}}``; the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} must look like 'section.key=value'")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML: {e}") from e
+    out: dict[str, Any] = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
+    return data
+
+
+def resolve(
+    cls: type[C],
+    presets_dir: Path | None,
+    preset: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    base: dict[str, Any] | None = None,
+) -> C:
+    """Defaults of ``cls`` ← preset YAML (or ``base``) ← dotted overrides, checked."""
+    data: dict[str, Any] = dict(base or {})
+    if preset and preset != "default":
+        path = presets_dir / f"{preset}.yaml" if presets_dir else None
+        if path is None or not path.is_file():
+            known = list_presets(presets_dir)
+            raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(known)}")
+        data = merge(data, load_yaml(path))
+    elif presets_dir is not None and (presets_dir / "default.yaml").is_file():
+        data = merge(data, load_yaml(presets_dir / "default.yaml"))
+    for text in overrides:
+        data = merge(data, parse_override(text))
+    return from_dict(cls, data)
+
+
+def list_presets(presets_dir: Path | None) -> list[str]:
+    names = {"default"}
+    if presets_dir is not None and presets_dir.is_dir():
+        names |= {p.stem for p in presets_dir.glob("*.yaml")}
+    return sorted(names)
+
+
+def save_yaml(data: dict[str, Any], path: Path) -> None:
+    from troupe.platform.checkpoint import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))

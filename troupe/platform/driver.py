@@ -1,0 +1,279 @@
+"""The driver: one `Run` creates the run directory and the actor graph, steps the algorithm,
+evaluates, checkpoints, and writes the report. It is also the programmatic API::
+
+    from troupe import Run
+
+    with Run("grpo", preset="smoke", overrides=["run.steps=4"]) as run:
+        for _ in range(4):
+            print(run.step()["reward/mean"])
+        print(run.evaluate())
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from troupe.platform import config as cfglib
+from troupe.platform.algorithm import Algorithm
+from troupe.platform.checkpoint import CheckpointDir, atomic_write_json
+from troupe.platform.errors import ConfigError
+from troupe.platform.metrics import MetricsLog, read_metrics
+from troupe.platform.placement import ActorGraph
+from troupe.platform.registry import ALGORITHMS
+from troupe.platform.report import write_report
+from troupe.platform.run import RunContext
+
+log = logging.getLogger("troupe")
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    return ALGORITHMS.get(name)
+
+
+def resolve_config(name: str, preset: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    cls = algorithm_class(name)
+    return cfglib.resolve(cls.Config, cls.presets_dir(), preset, list(overrides))
+
+
+class Run:
+    """One run of one algorithm: config → run directory → actor graph → steps → report."""
+
+    def __init__(
+        self,
+        algorithm: str,
+        preset: str | None = None,
+        overrides: list[str] | tuple[str, ...] = (),
+        out: str | Path | None = None,
+        resume: str | Path | None = None,
+        config: Any = None,
+    ) -> None:
+        self.name = algorithm
+        self.cls = algorithm_class(algorithm)
+        self.resume_dir = Path(resume) if resume else None
+        if self.resume_dir is not None:
+            self.config = self._config_from_run_dir(self.resume_dir, overrides)
+            self.run_dir = self.resume_dir
+        else:
+            self.config = config if config is not None else resolve_config(algorithm, preset, overrides)
+            self.run_dir = Path(out) if out else self._new_run_dir()
+        self.step_index = 0
+        self.algo: Algorithm | None = None
+        self.graph: ActorGraph | None = None
+        self.metrics: MetricsLog | None = None
+        self.faults = 0
+        self._last_eval: int | None = None
+        self._started_ray = False
+        self._t0 = time.monotonic()
+
+    # -- setup -------------------------------------------------------------------
+    def _config_from_run_dir(self, run_dir: Path, overrides: list[str] | tuple[str, ...]) -> Any:
+        path = run_dir / "config.yaml"
+        if not path.is_file():
+            raise ConfigError(f"--resume {str(run_dir)!r}: no config.yaml there; is it a troupe run directory?")
+        data = cfglib.load_yaml(path)
+        for text in overrides:  # e.g. run.steps=200 to extend a finished run
+            data = cfglib.merge(data, cfglib.parse_override(text))
+        return cfglib.from_dict(self.cls.Config, data)
+
+    def _new_run_dir(self) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        base = Path(self.config.run.out) / f"{self.name}-{stamp}"
+        path, i = base, 1
+        while path.exists():
+            path = base.with_name(f"{base.name}-{i}")
+            i += 1
+        return path
+
+    def start(self) -> Run:
+        """Create the run directory and the graph; restore the last checkpoint on resume."""
+        rc = self.config.run
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        cfglib.save_yaml(cfglib.to_dict(self.config), self.run_dir / "config.yaml")
+        _seed_everything(rc.seed)
+        self._init_ray(rc)
+        self.ctx = RunContext(run_dir=self.run_dir, seed=rc.seed, call_timeout_s=rc.call_timeout_s)
+        self.metrics = MetricsLog(self.run_dir)
+        try:
+            self.algo = self.cls(self.config, self.ctx)
+            self.graph = ActorGraph(self.algo.roles(), rc.placement_timeout_s, rc.call_timeout_s).start()
+            self.algo.setup(self.graph)
+            if self.resume_dir is not None:
+                self._restore()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _init_ray(self, rc: cfglib.RunConfig) -> None:
+        if _needs_ray(self.cls):
+            import ray
+
+            if not ray.is_initialized():
+                kwargs: dict[str, Any] = {"configure_logging": False, "log_to_driver": True}
+                if rc.address:
+                    ray.init(address=rc.address, **kwargs)
+                elif os.environ.get("RAY_ADDRESS"):  # inside `ray job submit`: join that cluster
+                    ray.init(**kwargs)
+                else:
+                    ray.init(address="local", num_cpus=rc.num_cpus, include_dashboard=False, **kwargs)
+                self._started_ray = True
+
+    def _restore(self) -> None:
+        ckpt = CheckpointDir(self.ctx.checkpoints_dir).latest()
+        if ckpt is None:
+            raise ConfigError(f"--resume {str(self.run_dir)!r}: no checkpoint in {self.ctx.checkpoints_dir}")
+        import json
+
+        state = json.loads((ckpt / "driver.json").read_text())
+        self.algo.load(ckpt)
+        self.step_index = int(state["step"])
+        self.faults = int(state.get("faults", 0))
+        _set_rng_state(state["rng"])
+        self.metrics.truncate_after(self.step_index)
+        self.ctx.resumed_from_step = self.step_index
+        log.info("resumed %s at step %d from %s", self.name, self.step_index, ckpt)
+
+    # -- the loop ------------------------------------------------------------------
+    def step(self) -> dict[str, Any]:
+        """Run one iteration (and the evaluation or checkpoint due after it); return its metrics.
+
+        Training metrics are logged at the step's index; an evaluation is logged at the number
+        of steps done when it ran (0 = before any training)."""
+        rc = self.config.run
+        t = time.perf_counter()
+        metrics = dict(self.algo.step(self.step_index))
+        metrics["time/step_s"] = time.perf_counter() - t
+        self.faults += int(metrics.get("faults", 0))
+        self.metrics.write(self.step_index, metrics)
+        self.step_index += 1
+        if rc.eval_every and self.step_index % rc.eval_every == 0:
+            metrics.update(self.evaluate())
+        if rc.checkpoint_every and self.step_index % rc.checkpoint_every == 0:
+            self.checkpoint()
+        return metrics
+
+    def evaluate(self) -> dict[str, Any]:
+        """Held-out metrics with an ``eval/`` prefix, logged at the number of steps done."""
+        raw = self.algo.evaluate(self.step_index)
+        out = {k if k.startswith("eval/") else f"eval/{k}": v for k, v in raw.items()}
+        if out:
+            self.metrics.write(self.step_index, out)
+            self._last_eval = self.step_index
+        return out
+
+    def checkpoint(self) -> Path:
+        def fill(tmp: Path) -> None:
+            self.algo.save(tmp)
+            atomic_write_json(tmp / "driver.json", {"step": self.step_index, "faults": self.faults,
+                                                     "rng": _get_rng_state()})
+
+        return CheckpointDir(self.ctx.checkpoints_dir).write(self.step_index, fill)
+
+    def run(self) -> dict[str, Any]:
+        """Every remaining step, a final evaluation and checkpoint, then the report."""
+        rc = self.config.run
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=rc.steps, initial=self.step_index, desc=self.name, disable=not rc.progress,
+                   dynamic_ncols=True)
+        if self.step_index == 0 and rc.eval_every:
+            self.evaluate()  # the starting point of every eval curve
+        try:
+            while self.step_index < rc.steps:
+                m = self.step()
+                bar.update(1)
+                bar.set_postfix({k.split("/")[-1]: f"{v:.3g}" for k, v in m.items()
+                                 if k in ("reward/mean", "eval/accuracy", "loss/policy")})
+        finally:
+            bar.close()
+        if self._last_eval != self.step_index:
+            self.evaluate()
+        if self.step_index > 0:
+            self.checkpoint()
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        """Write ``summary.json``, plots and ``report.md``; return the summary."""
+        history = read_metrics(self.run_dir / "metrics.jsonl")
+        summary = dict(self.algo.finalize(history))
+        summary.setdefault("faults", self.faults)
+        summary["wall_s"] = round(time.monotonic() - self._t0, 2)
+        summary["run_dir"] = str(self.run_dir)
+        sections = self.algo.report_sections(summary)
+        write_report(self.run_dir, self.name, cfglib.to_dict(self.config), summary, sections)
+        return summary
+
+    # -- teardown ------------------------------------------------------------------
+    def close(self) -> None:
+        if self.algo is not None:
+            try:
+                self.algo.close()
+            except Exception as e:  # teardown goes on; say what failed
+                log.warning("closing %s failed: %s", self.name, e)
+        if self.graph is not None:
+            self.graph.shutdown()
+            self.graph = None
+        if self.metrics is not None:
+            self.metrics.close()
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+    def __enter__(self) -> Run:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def history(self) -> list[dict[str, Any]]:
+        return read_metrics(self.run_dir / "metrics.jsonl")
+
+
+def run(algorithm: str, preset: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+        out: str | Path | None = None, resume: str | Path | None = None) -> dict[str, Any]:
+    """Run an algorithm to the end and return its summary (what `troupe run` does)."""
+    with Run(algorithm, preset, overrides, out, resume) as r:
+        return r.run()
+
+
+def _needs_ray(cls: type[Algorithm]) -> bool:
+    return getattr(cls, "needs_ray", True)
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _get_rng_state() -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    np_state = np.random.get_state()
+    return {
+        "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
+        "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+        "torch": torch.get_rng_state().tolist(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    npst = state["numpy"]
+    np.random.set_state((npst[0], np.array(npst[1], dtype=np.uint32), *npst[2:]))
+    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))

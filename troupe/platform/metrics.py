@@ -1,0 +1,94 @@
+"""Metrics: one JSON line per step in ``metrics.jsonl``, mirrored to TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    """Appends ``{"step": N, ...}`` rows; on resume, drops rows past the resumed step."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.tb_dir = Path(run_dir) / "tensorboard"
+        self._tb = None
+        self._tb_enabled = tensorboard
+
+    def truncate_after(self, step: int) -> None:
+        """Keep what a run had logged when it had done ``step`` steps: training rows of earlier
+        steps and evaluation rows up to ``step`` (a resumed run rewrites what followed)."""
+        if not self.path.exists():
+            return
+        rows = [r for r in self.read()
+                if r.get("step", -1) < step or (r.get("step") == step and _is_eval_row(r))]
+        from troupe.platform.checkpoint import atomic_write_text
+
+        atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+    def write(self, step: int, metrics: dict[str, Any]) -> None:
+        row = {"step": step, **{k: _scalar(v) for k, v in metrics.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        tb = self._writer()
+        if tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, int | float) and math.isfinite(v):
+                    tb.add_scalar(k, v, step)
+            tb.flush()
+
+    def read(self) -> list[dict[str, Any]]:
+        return read_metrics(self.path)
+
+    def _writer(self) -> Any:
+        if not self._tb_enabled:
+            return None
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is a dependency; a trimmed install still logs JSON
+                self._tb_enabled = False
+                return None
+            self._tb = SummaryWriter(str(self.tb_dir))
+        return self._tb
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl``; a torn last line (a crash mid-write) is skipped."""
+    rows = []
+    if not Path(path).exists():
+        return rows
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def _scalar(v: Any) -> Any:
+    if hasattr(v, "item") and callable(v.item):
+        try:
+            return v.item()
+        except (ValueError, RuntimeError):
+            return v.tolist()
+    return v
+
+
+def _is_eval_row(row: dict[str, Any]) -> bool:
+    return all(k == "step" or k.startswith("eval/") for k in row)

@@ -1,0 +1,255 @@
+"""Roles and placement: turn an algorithm's declared roles into placement groups and actors.
+
+A role is an actor class, a count, CPUs and GPUs per actor, and a colocation group. Roles in
+the same group share placement-group bundles (bundle i holds rank i of each role), so a
+learner and a rollout engine can sit on the same GPU; each group is one placement group.
+
+Placement never checks the cluster's size first: a pending placement group is what makes
+an autoscaler add nodes. It waits up to ``timeout_s`` and then removes the groups and raises
+`PlacementTimeout` naming the bundles it could not get and what the cluster has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from troupe.platform.errors import PlacementTimeout, RemoteCallError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Role:
+    """One kind of actor in an algorithm's graph."""
+
+    name: str
+    actor_class: type
+    count: int = 1
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    resources: dict[str, float] = dataclasses.field(default_factory=dict)
+    colocate: str | None = None  # roles with the same name share bundles; None: a group of its own
+    strategy: str = "PACK"  # PACK, SPREAD, STRICT_PACK or STRICT_SPREAD for this role's group
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rank_kwargs: list[dict[str, Any]] | None = None  # per-rank extra kwargs (e.g. DDP rank)
+    max_restarts: int = 0
+    max_task_retries: int = 0
+    max_concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"role {self.name!r}: count must be >= 1, got {self.count}")
+        if self.num_cpus < 0 or self.num_gpus < 0:
+            raise ValueError(f"role {self.name!r}: num_cpus and num_gpus must be >= 0")
+        if self.rank_kwargs is not None and len(self.rank_kwargs) != self.count:
+            raise ValueError(f"role {self.name!r}: rank_kwargs needs one entry per rank ({self.count})")
+
+    def bundle_share(self) -> dict[str, float]:
+        share = {"CPU": float(self.num_cpus), "GPU": float(self.num_gpus), **self.resources}
+        return {k: v for k, v in share.items() if v > 0}
+
+
+def torch_threads_for(num_cpus: float) -> int:
+    """Threads an actor's torch should use: its whole CPUs, at least one."""
+    return max(1, int(num_cpus))
+
+
+def plan_bundles(roles: Sequence[Role]) -> dict[str, list[dict[str, float]]]:
+    """Bundles per colocation group: bundle i sums the shares of every role's rank i."""
+    groups: dict[str, list[dict[str, float]]] = {}
+    for role in roles:
+        key = role.colocate or role.name
+        bundles = groups.setdefault(key, [])
+        while len(bundles) < role.count:
+            bundles.append({})
+        for i in range(role.count):
+            for res, amount in role.bundle_share().items():
+                bundles[i][res] = bundles[i].get(res, 0.0) + amount
+    # Ray rejects empty bundles; a zero-resource actor still gets a tiny CPU share.
+    for bundles in groups.values():
+        for b in bundles:
+            if not b:
+                b["CPU"] = 0.01
+    return groups
+
+
+class ActorGroup:
+    """The ranks of one role, with fan-out calls that always carry a timeout."""
+
+    def __init__(self, role: Role, handles: list[Any], timeout_s: float) -> None:
+        self.role = role
+        self.handles = handles
+        self.timeout_s = timeout_s
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.handles[i]
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method`` on every rank with the same arguments and wait for all results."""
+        refs = [getattr(h, method).remote(*args, **kwargs) for h in self.handles]
+        return self.wait(refs, method)
+
+    def call_each(self, method: str, per_rank_args: Sequence[tuple], **kwargs: Any) -> list[Any]:
+        """Call ``method`` on rank i with ``per_rank_args[i]``."""
+        if len(per_rank_args) != len(self.handles):
+            raise ValueError(f"{self.role.name}.{method}: {len(per_rank_args)} argument sets for {len(self)} ranks")
+        refs = [getattr(h, method).remote(*a, **kwargs) for h, a in zip(self.handles, per_rank_args, strict=True)]
+        return self.wait(refs, method)
+
+    def wait(self, refs: list[Any], method: str, timeout_s: float | None = None) -> list[Any]:
+        import ray
+
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return ray.get(refs, timeout=timeout)
+        except ray.exceptions.GetTimeoutError as e:
+            raise RemoteCallError(
+                f"{self.role.name}.{method} did not answer within {timeout:.0f}s "
+                f"(raise run.call_timeout_s if the step is legitimately slow)"
+            ) from e
+        except ray.exceptions.RayActorError as e:
+            raise RemoteCallError(f"{self.role.name}.{method}: an actor of this role died: {e}") from e
+        except ray.exceptions.RayTaskError as e:
+            raise RemoteCallError(f"{self.role.name}.{method} failed: {e.cause!r}") from e.cause
+
+
+class ActorGraph:
+    """The placed actors of an algorithm, by role name; tears itself down on `shutdown`."""
+
+    def __init__(self, roles: Sequence[Role], timeout_s: float = 300.0, call_timeout_s: float = 900.0) -> None:
+        names = [r.name for r in roles]
+        if len(set(names)) != len(names):
+            raise ValueError(f"role names must be unique, got {names}")
+        self.roles = list(roles)
+        self.timeout_s = timeout_s
+        self.call_timeout_s = call_timeout_s
+        self.placement_groups: dict[str, Any] = {}
+        self.groups: dict[str, ActorGroup] = {}
+
+    def __getitem__(self, name: str) -> ActorGroup:
+        if name not in self.groups:
+            raise KeyError(f"no role {name!r} in this graph; roles: {', '.join(self.groups)}")
+        return self.groups[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.groups
+
+    def start(self) -> ActorGraph:
+        try:
+            self._place()
+            self._create_actors()
+        except BaseException:
+            self.shutdown()
+            raise
+        return self
+
+    def _place(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        plan = plan_bundles(self.roles)
+        strategies = {(r.colocate or r.name): r.strategy for r in self.roles}
+        for key, bundles in plan.items():
+            self.placement_groups[key] = placement_group(bundles, strategy=strategies[key], name="")
+        deadline = time.monotonic() + self.timeout_s
+        pending = dict(self.placement_groups)
+        last_report = time.monotonic()
+        while pending:
+            for key, pg in list(pending.items()):
+                if pg.wait(timeout_seconds=1):
+                    del pending[key]
+            if not pending:
+                break
+            now = time.monotonic()
+            if now > deadline:
+                available = ray.available_resources()
+                total = ray.cluster_resources()
+                lines = [f"  group {k!r}: bundles {plan[k]} (strategy {strategies[k]})" for k in pending]
+                raise PlacementTimeout(
+                    f"placement groups not granted within {self.timeout_s:.0f}s:\n"
+                    + "\n".join(lines)
+                    + f"\ncluster total: {_fmt_resources(total)}; available: {_fmt_resources(available)}.\n"
+                    "Lower the roles' num_cpus/num_gpus or counts, add nodes (an autoscaling cluster "
+                    "grows on pending groups), or raise run.placement_timeout_s."
+                )
+            if now - last_report > 15:
+                last_report = now
+                log.info("waiting for placement groups %s (%.0fs left)", list(pending), deadline - now)
+
+    def _create_actors(self) -> None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        for role in self.roles:
+            pg = self.placement_groups[role.colocate or role.name]
+            remote_cls = _as_remote(role.actor_class)
+            handles = []
+            for i in range(role.count):
+                kwargs = dict(role.kwargs)
+                if role.rank_kwargs is not None:
+                    kwargs.update(role.rank_kwargs[i])
+                opts: dict[str, Any] = dict(
+                    num_cpus=role.num_cpus,
+                    num_gpus=role.num_gpus,
+                    resources=role.resources or None,
+                    max_restarts=role.max_restarts,
+                    max_task_retries=role.max_task_retries,
+                    max_concurrency=role.max_concurrency,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=pg, placement_group_bundle_index=i
+                    ),
+                    runtime_env={"env_vars": _thread_env(role.num_cpus)},
+                )
+                handles.append(remote_cls.options(**opts).remote(**kwargs))
+            self.groups[role.name] = ActorGroup(role, handles, self.call_timeout_s)
+        # Fail here, naming the role, if a constructor raises (not later inside a step).
+        for name, group in self.groups.items():
+            group.wait([h.__ray_ready__.remote() for h in group.handles], "__init__")
+            log.debug("role %s ready (%d)", name, len(group))
+
+    def shutdown(self) -> None:
+        """Kill every actor and remove every placement group this graph created."""
+        try:
+            import ray
+            from ray.util.placement_group import remove_placement_group
+        except ImportError:
+            return
+        if not ray.is_initialized():
+            return
+        for group in self.groups.values():
+            for h in group.handles:
+                try:
+                    ray.kill(h, no_restart=True)
+                except Exception:  # already dead: nothing to release
+                    pass
+        for pg in self.placement_groups.values():
+            try:
+                remove_placement_group(pg)
+            except Exception:  # already removed
+                pass
+        self.groups.clear()
+        self.placement_groups.clear()
+
+
+def _thread_env(num_cpus: float) -> dict[str, str]:
+    n = str(torch_threads_for(num_cpus))
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "TROUPE_TORCH_THREADS": n, "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _as_remote(cls: type) -> Any:
+    import ray
+
+    if isinstance(cls, ray.actor.ActorClass):
+        return cls
+    return ray.remote(cls)
+
+
+def _fmt_resources(res: dict[str, float]) -> str:
+    keep = {k: v for k, v in res.items() if not k.startswith(("node:", "memory", "object_store_memory"))}
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(keep.items())) or "(none)"

@@ -1,0 +1,135 @@
+"""The run report: ``report.md`` first, PNG plots of every metric, ``summary.json``.
+
+`troupe report RUN_DIR` rebuilds all three from ``metrics.jsonl`` and the saved config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
+from troupe.platform.metrics import read_metrics
+
+# Metrics drawn first and named in the summary table, when an algorithm logs them.
+HEADLINE = ("reward/mean", "eval/accuracy", "eval/reward", "loss/policy", "kl/ref")
+
+
+def series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for row in history:
+        v = row.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            xs.append(row["step"])
+            ys.append(float(v))
+    return xs, ys
+
+
+def plot_metrics(history: list[dict[str, Any]], plots_dir: Path, groups: dict[str, list[str]] | None = None) -> list[Path]:
+    """One PNG per metric family (the part of the key before '/'); returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted({k for row in history for k, v in row.items() if k != "step" and isinstance(v, int | float)})
+    if groups is None:
+        groups = {}
+        for k in keys:
+            groups.setdefault(k.split("/")[0], []).append(k)
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for family, members in groups.items():
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        drawn = 0
+        for k in members:
+            xs, ys = series(history, k)
+            if xs:
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=k)
+                drawn += 1
+        if not drawn:
+            plt.close(fig)
+            continue
+        ax.set_xlabel("step")
+        ax.set_title(family)
+        ax.grid(alpha=0.3)
+        if drawn > 1:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = plots_dir / f"{family.replace(' ', '_')}.png"
+        tmp = path.with_suffix(".tmp.png")
+        fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        tmp.replace(path)
+        written.append(path)
+    return written
+
+
+def last_values(history: list[dict[str, Any]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for row in history:
+        for k, v in row.items():
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool):
+                out[k] = v
+    return out
+
+
+def first_values(history: list[dict[str, Any]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for row in history:
+        for k, v in row.items():
+            if k != "step" and k not in out and isinstance(v, int | float) and not isinstance(v, bool):
+                out[k] = v
+    return out
+
+
+def write_report(
+    run_dir: Path,
+    algorithm: str,
+    config: dict[str, Any],
+    summary: dict[str, Any],
+    sections: list[str] | None = None,
+) -> Path:
+    """Write ``summary.json``, the plots and ``report.md`` for ``run_dir``."""
+    run_dir = Path(run_dir)
+    history = read_metrics(run_dir / "metrics.jsonl")
+    plots = plot_metrics(history, run_dir / "plots")
+    first, last = first_values(history), last_values(history)
+    summary = {"algorithm": algorithm, "steps": max((r["step"] for r in history), default=-1) + 1,
+               "first": first, "final": last, **summary}
+    atomic_write_json(run_dir / "summary.json", summary)
+
+    lines = [f"# {algorithm} run: `{run_dir.name}`", ""]
+    lines += [f"Steps logged: {summary['steps']}. Faults: {summary.get('faults', 0)}.", ""]
+    keys = [k for k in HEADLINE if k in last] + sorted(k for k in last if k not in HEADLINE)
+    if keys:
+        lines += ["## Metrics: first and last", "", "| metric | first | last |", "|---|---|---|"]
+        lines += [f"| {k} | {_fmt(first.get(k))} | {_fmt(last[k])} |" for k in keys]
+        lines.append("")
+    for section in sections or []:
+        lines += [section.rstrip(), ""]
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{p.stem}](plots/{p.name})" for p in sorted(plots, key=lambda p: _plot_order(p.stem))]
+        lines.append("")
+    lines += ["## Config", "", "```json", json.dumps(config, indent=2, sort_keys=True), "```", ""]
+    lines += ["Files: `config.yaml` (resolved config), `metrics.jsonl`, `tensorboard/`, `checkpoints/`, "
+              "`summary.json`, `plots/`.", ""]
+    path = run_dir / "report.md"
+    atomic_write_text(path, "\n".join(lines))
+    return path
+
+
+def _plot_order(stem: str) -> tuple[int, str]:
+    order = ["reward", "eval", "loss", "kl"]
+    return (order.index(stem) if stem in order else len(order), stem)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
