@@ -7,7 +7,7 @@ import pytest
 from troupe import Run
 from troupe.platform.metrics import read_metrics
 
-FAST = ["run.progress=false", "model.sft.steps=60", "eval.num_prompts=16", "grpo.prompts_per_step=4",
+FAST = ["run.progress=false", "eval.num_prompts=16", "grpo.prompts_per_step=4",
         "grpo.group_size=4", "learner.kl_coef=0.05"]
 
 
@@ -19,7 +19,7 @@ def _train_rows(run_dir):
 @pytest.mark.timeout(600)
 def test_smoke_run_writes_a_complete_run_directory_and_resumes_exactly(ray_local, troupe_cache, tmp_path):
     full = tmp_path / "full"
-    with Run("grpo", overrides=[*FAST, "run.steps=4", "run.eval_every=2", "run.checkpoint_every=2"], out=full) as r:
+    with Run("grpo", preset="smoke", overrides=[*FAST, "run.steps=4", "run.eval_every=2", "run.checkpoint_every=2"], out=full) as r:
         summary = r.run()
     for name in ("report.md", "summary.json", "metrics.jsonl", "config.yaml", "plots/reward.png", "plots/eval.png"):
         assert (full / name).is_file(), name
@@ -33,7 +33,7 @@ def test_smoke_run_writes_a_complete_run_directory_and_resumes_exactly(ray_local
 
     # Interrupted after 2 steps (its checkpoint at 2), then resumed to 4.
     part = tmp_path / "part"
-    with Run("grpo", overrides=[*FAST, "run.steps=2", "run.eval_every=2", "run.checkpoint_every=2"], out=part) as r:
+    with Run("grpo", preset="smoke", overrides=[*FAST, "run.steps=2", "run.eval_every=2", "run.checkpoint_every=2"], out=part) as r:
         r.run()
     with Run("grpo", resume=part, overrides=["run.steps=4"]) as r:
         assert r.step_index == 2

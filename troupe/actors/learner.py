@@ -131,7 +131,7 @@ class Learner:
         """Train on ``batch`` with per-row ``extras`` (``advantages`` [N] or [N, C]; optional
         ``ref_logprobs`` [N, C]); returns this rank's metrics."""
         batch = as_batch(batch)
-        for k, v in extras.items():
+        for k, v in _resolve(extras).items():
             batch[k] = v
         batch.require("advantages", "logprobs", who="Learner.update")
         if self.cfg.kl_coef > 0:
@@ -250,6 +250,20 @@ class Learner:
         model = copy.deepcopy(self.model).merge_and_unload() if self.cfg.lora.enabled else self.model
         save_model(model, self.tokenizer, path)
         return path
+
+
+def _resolve(extras: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Fetch extras passed as object refs (e.g. reference log-probs straight from the scorer)."""
+    import ray
+
+    out = {}
+    for k, v in extras.items():
+        if isinstance(v, ray.ObjectRef):
+            v = ray.get(v)
+        if isinstance(v, dict):  # a scorer's output: its per-token log-probs
+            v = v["logprobs"]
+        out[k] = v
+    return out
 
 
 def _learner_config(d: dict[str, Any]) -> LearnerConfig:

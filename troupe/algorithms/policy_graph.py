@@ -8,6 +8,7 @@ rewards and metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from pathlib import Path
@@ -21,7 +22,15 @@ from troupe.actors.reward import RuleReward
 from troupe.actors.scorer import Scorer
 from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
 from troupe.platform.config import to_dict
+from troupe.platform.errors import RemoteCallError
 from troupe.platform.placement import ActorGraph, Role
+
+
+@dataclasses.dataclass
+class PendingRollout:
+    """Generate calls in flight: (engine index, args, seed, ref) per engine."""
+
+    calls: list[tuple[int, tuple, int, Any]] = dataclasses.field(default_factory=list)
 
 
 def rollout_class(backend: str) -> type:
@@ -52,6 +61,9 @@ class PolicyGraph:
         self.model_path = str(model_path)
         self.reward_kwargs = reward_kwargs or {}
         self.graph: ActorGraph | None = None
+        self.faults = 0  # rollout calls re-issued after an engine died or timed out
+        self.max_reissues = 2
+        self.last_update: Any = None  # ref of the newest WeightUpdate, for restarted engines
 
     # -- roles ------------------------------------------------------------------------
     def roles(self) -> list[Role]:
@@ -93,22 +105,64 @@ class PolicyGraph:
             learners.call("init_distributed", addr, port)
 
     # -- the calls ----------------------------------------------------------------------
-    def generate(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int) -> list[Any]:
-        """Spread prompts over the rollout engines; returns one Batch ref per engine."""
+    def generate(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int) -> PendingRollout:
+        """Spread prompts over the rollout engines; `wait_batches` collects the results."""
         engines = self.graph["rollout"]
         n = len(engines)
         bounds = [round(i * len(prompts) / n) for i in range(n + 1)]
-        refs = []
-        for i, h in enumerate(engines.handles):
+        pending = PendingRollout()
+        for i in range(n):
             lo, hi = bounds[i], bounds[i + 1]
             if hi > lo:
-                refs.append(h.generate.remote(prompts[lo:hi], sampling, rows[lo:hi], seed=seed + i))
+                args = (prompts[lo:hi], sampling, rows[lo:hi])
+                pending.calls.append((i, args, seed + i, engines[i].generate.remote(*args, seed=seed + i)))
+        return pending
+
+    def wait_batches(self, pending: PendingRollout | list[Any]) -> list[Any]:
+        """Wait for every engine's Batch; a call lost to a dead engine is re-issued once the
+        engine is back (restarted with its weights reset, so the last weights are reloaded
+        first) and counted in `faults`. Returns the Batch refs in prompt order."""
+        import ray
+
+        if isinstance(pending, list):
+            return pending
+        engines = self.graph["rollout"]
+        refs = []
+        for i, args, seed, ref in pending.calls:
+            for attempt in range(self.max_reissues + 1):
+                try:
+                    ray.get(ref, timeout=engines.timeout_s)
+                    break
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                    if attempt == self.max_reissues:
+                        raise RemoteCallError(f"rollout engine {i}: generate failed {attempt + 1} times; "
+                                              f"last error: {e}") from e
+                    self.faults += 1
+                    self._recover_engine(i)
+                    ref = engines[i].generate.remote(*args, seed=seed)
+            refs.append(ref)
         return refs
 
-    def wait_batches(self, refs: list[Any]) -> list[Any]:
-        """Block until the rollout refs are ready (so timings split cleanly); returns the refs."""
-        self.graph["rollout"].wait(refs, "generate")
-        return refs
+    def _recover_engine(self, i: int) -> None:
+        """Wait until a restarted engine answers, then give it the current weights."""
+        import ray
+
+        engines = self.graph["rollout"]
+        deadline = time.monotonic() + engines.timeout_s
+        while True:
+            try:
+                ray.get(engines[i].get_version.remote(), timeout=10)
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise RemoteCallError(f"rollout engine {i} did not come back within {engines.timeout_s:.0f}s") from None
+                time.sleep(0.5)
+        if self.last_update is not None:
+            engines.wait([engines[i].load_weights.remote(self.last_update)], "load_weights")
+
+    def pop_faults(self) -> int:
+        n, self.faults = self.faults, 0
+        return n
 
     def score(self, batch_refs: list[Any]) -> dict[str, Any]:
         reward = self.graph["reward"]
@@ -128,13 +182,14 @@ class PolicyGraph:
         t = time.perf_counter()
         learners, engines = self.graph["learner"], self.graph["rollout"]
         update_ref = learners[0].publish_weights.remote()
+        self.last_update = update_ref
         engines.wait([h.load_weights.remote(update_ref) for h in engines.handles], "load_weights")
         nbytes = learners.wait([update_ref], "publish_weights")[0].nbytes
         return {"sync/bytes": float(nbytes), "time/sync_s": time.perf_counter() - t}
 
     def evaluate(self, rows: list[dict], sampling: Any, seed: int = 0) -> dict[str, float]:
         """Mean reward on ``rows`` (accuracy for a 0/1 reward)."""
-        refs = self.generate([r["prompt"] for r in rows], rows, sampling, seed)
+        refs = self.wait_batches(self.generate([r["prompt"] for r in rows], rows, sampling, seed))
         return {"reward": float(self.score(refs)["rewards"].mean())}
 
     # -- checkpoints -----------------------------------------------------------------------

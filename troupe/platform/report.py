@@ -97,7 +97,8 @@ def write_report(
     history = read_metrics(run_dir / "metrics.jsonl")
     plots = plot_metrics(history, run_dir / "plots")
     first, last = first_values(history), last_values(history)
-    summary = {"algorithm": algorithm, "steps": max((r["step"] for r in history), default=-1) + 1,
+    trained = [r["step"] for r in history if any(k != "step" and not k.startswith("eval/") for k in r)]
+    summary = {"algorithm": algorithm, "steps": max(trained, default=-1) + 1,
                "first": first, "final": last, **summary}
     atomic_write_json(run_dir / "summary.json", summary)
 

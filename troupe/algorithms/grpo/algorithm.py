@@ -78,6 +78,7 @@ class GRPO(Algorithm):
             "reward/solved_groups": float((grouped.max(1).values > 0).float().mean()),
             "reward/zero_std_groups": float((grouped.std(1) == 0).float().mean()),
             "reward/errors": float(len(scored["errors"])),
+            "faults": float(p.pop_faults()),
             "time/generate_s": t1 - t0,
             "time/reward_s": t2 - t1,
             "time/update_s": t3 - t2,

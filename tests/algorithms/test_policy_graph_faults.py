@@ -1,0 +1,28 @@
+"""Failure isolation of the rollout → reward → learner graph."""
+
+import pytest
+
+from troupe import Run
+
+FAST = ["run.progress=false", "eval.num_prompts=16", "grpo.prompts_per_step=4",
+        "grpo.group_size=4", "rollout.sampling.max_new_tokens=24"]
+
+
+@pytest.mark.timeout(600)
+def test_rollout_engine_killed_mid_generate_is_restarted_and_its_work_reissued(ray_local, troupe_cache, tmp_path):
+    with Run("grpo", preset="smoke", overrides=[*FAST, "run.steps=3", "run.eval_every=0", "run.checkpoint_every=0"],
+             out=tmp_path / "run") as run:
+        run.step()  # the engines now hold weights version 1
+        policy = run.algo.policy
+        rows = run.algo.sample_prompts(99)
+        pending = policy.generate([r["prompt"] for r in rows] * 8, rows * 8, run.config.rollout.sampling, seed=5)
+        ray_local.kill(run.graph["rollout"][0], no_restart=False)  # dies with the call in flight
+        refs = policy.wait_batches(pending)
+        batch = ray_local.get(refs[0])
+        assert len(batch) == 32
+        assert batch.meta["version"] == 1  # the restarted engine was given the current weights first
+        assert policy.faults == 1
+        m = run.step()
+        assert m["faults"] == 1.0  # counted in the step that follows, and in the report
+        summary = run.finish()
+    assert summary["faults"] == 1

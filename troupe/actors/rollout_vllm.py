@@ -1,0 +1,371 @@
+"""Rollout engine on vLLM (GPU): the hf engine's interface on vLLM's offline `LLM`.
+
+``generate(prompts, sampling, rows, seed) → Batch`` with the same fields, padding and masks
+as `HFRolloutEngine`, so the learner and reward actors cannot tell the backends apart;
+``load_weights(update)`` installs a learner's published weights in the running engine.
+
+vLLM is imported when an engine is built, never when this module is imported: CPU machines
+import it freely (`rollout_class("vllm")`, tests) and get a `ConfigError` naming
+``pip install -e ".[gpu]"`` only if they try to build one.
+
+How the engine runs (vLLM >= 0.10.2):
+
+- One engine is one `LLM` with tensor-parallel size 1, its engine core in this process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): it lives on the GPU share Ray gave this actor, dies
+  with it, and `LLM.collective_rpc` hands tensors to the worker by reference.
+- Prompts are chat-formatted and tokenized here with troupe's own tokenizer (the learner's),
+  and vLLM gets token ids with ``skip_tokenizer_init=True``: vLLM's own tokenizer loading can
+  rebuild a locally trained tokenizer with other ids. vLLM stops on the EOS id we pass; stop
+  strings are applied here, after generation, by cutting each completion after the token
+  that completes the first stop string (the same place the hf engine's stopping criterion
+  stops; the tokens past it are generated and dropped).
+- Each row gets its own sampling seed derived from ``(seed, row)``, so a call is reproducible
+  and the copies of a prompt in a group still differ.
+
+Log-probs: ``SamplingParams(logprobs=0)`` returns the sampled token's log-prob, and the engine
+runs with ``logprobs_mode="processed_logprobs"``: in vLLM >= 0.10.2 that is the log-softmax of
+the logits after temperature and top-k/top-p, which at ``top_p=1`` is the quantity the hf engine
+returns and the learner recomputes (``log_softmax(logits / T)``). With ``top_p < 1`` it is the
+renormalised truncated distribution; vLLM 0.10.0–0.10.1 take it before temperature and earlier
+versions return the raw (``T = 1``) log-probs. Kernels differ from the learner's in any case
+(bf16, fused attention), so for exact importance ratios set
+``learner.recompute_old_logprobs=true``: the learner then recomputes π_old itself and the
+engine's log-probs only feed metrics.
+
+Weights: full updates from the object store go to the model's own ``load_weights`` (it takes
+Hugging Face parameter names and fuses q/k/v and gate/up itself) through a worker extension
+(`TroupeWorkerExtension`, called by name with `LLM.collective_rpc`); nccl updates arrive by
+broadcast into the same call (`troupe.actors.transport.nccl`). LoRA updates are merged into
+the base weights here, ``W = W0 + (alpha / r) · B A``, and loaded as full weights of the
+adapted modules: the engine needs no LoRA configuration, generation runs at base-model speed,
+and only the adapter crosses the network. After every update the prefix cache is reset, as
+its KV blocks were computed with the old weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from troupe.actors.base import configure_threads
+from troupe.actors.models import load_tokenizer
+from troupe.actors.sampling import SamplingConfig
+from troupe.actors.transport import nccl
+from troupe.actors.transport.base import WeightUpdate, unpack_state_dict
+from troupe.platform.batch import Batch
+from troupe.platform.errors import ConfigError
+
+MIN_VLLM = (0, 10, 2)  # processed_logprobs after temperature; worker_extension_cls; collective_rpc
+INSTALL = 'pip install -e ".[gpu]"'
+WORKER_EXTENSION = "troupe.actors.rollout_vllm.TroupeWorkerExtension"
+DTYPES = ("float32", "bfloat16", "float16")
+_LORA_PREFIX = "base_model.model."
+
+
+def require_vllm() -> Any:
+    """The ``vllm`` module, or a `ConfigError` that says what to install or change."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise ConfigError(
+            f"rollout.backend=vllm needs vLLM, which is not installed in this environment: run {INSTALL} "
+            f"on a machine with a CUDA GPU, or use rollout.backend=hf") from e
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "rollout.backend=vllm needs a CUDA GPU and this process sees none: give the rollout role a GPU "
+            "(rollout.num_gpus > 0) on a GPU node, or use rollout.backend=hf")
+    from packaging.version import Version
+
+    version = Version(vllm.__version__)
+    if version.release < MIN_VLLM:
+        raise ConfigError(f"rollout.backend=vllm needs vLLM >= {'.'.join(map(str, MIN_VLLM))}, found "
+                          f"{vllm.__version__}: {INSTALL}")
+    return vllm
+
+
+def engine_kwargs(model_path: str, dtype: str, seed: int, gpu_memory_utilization: float,
+                  enforce_eager: bool = False, max_model_len: int | None = None) -> dict[str, Any]:
+    """Arguments of ``vllm.LLM`` for one rollout engine."""
+    if dtype not in DTYPES:
+        raise ConfigError(f"model.dtype={dtype!r}: expected one of {DTYPES}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(f"rollout.gpu_memory_utilization={gpu_memory_utilization}: expected a number in (0, 1]")
+    kw: dict[str, Any] = {
+        "model": str(model_path), "dtype": dtype, "seed": seed, "gpu_memory_utilization": gpu_memory_utilization,
+        "enforce_eager": enforce_eager, "tensor_parallel_size": 1, "skip_tokenizer_init": True,
+        "logprobs_mode": "processed_logprobs", "worker_extension_cls": WORKER_EXTENSION,
+    }
+    if max_model_len:
+        kw["max_model_len"] = max_model_len
+    return kw
+
+
+def row_seeds(seed: int | None, n: int) -> list[int | None]:
+    """A 31-bit sampling seed per row from ``(seed, row)``; hashing keeps engines' seeds ``seed + i`` apart."""
+    if seed is None:
+        return [None] * n
+    return [int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=4).digest(), "little") & 0x7FFFFFFF
+            for i in range(n)]
+
+
+def sampling_kwargs(sampling: SamplingConfig, n: int, seed: int | None, eos_id: int | None) -> list[dict[str, Any]]:
+    """Arguments of ``vllm.SamplingParams`` for each of ``n`` rows (stop strings are applied afterwards)."""
+    base: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                            "max_tokens": sampling.max_new_tokens, "logprobs": 0, "detokenize": False,
+                            "stop_token_ids": [] if eos_id is None else [eos_id]}
+    return [{**base, "seed": s} for s in row_seeds(seed, n)]
+
+
+def chat_format(tokenizer: Any, prompts: Sequence[str], chat: bool = True) -> list[str]:
+    """The prompts as the model sees them (the tokenizer's chat template, as in the hf engine)."""
+    if not chat or tokenizer.chat_template is None:
+        return list(prompts)
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts]
+
+
+def encode_prompts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """Left-padded ``(prompt_ids, prompt_mask)`` exactly as the hf engine builds them, and each row's ids unpadded."""
+    enc = tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    return ids, mask, [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+
+
+def stop_length(tokenizer: Any, ids: Sequence[int], stop: Sequence[str]) -> int:
+    """How many tokens to keep: through the token that completes the first stop string, else all."""
+    if not stop or not ids:
+        return len(ids)
+
+    def hit(k: int) -> bool:
+        text = tokenizer.decode(list(ids[:k]), skip_special_tokens=True)
+        return any(s in text for s in stop)
+
+    if not hit(len(ids)):
+        return len(ids)
+    lo, hi = 1, len(ids)  # a longer prefix holds whatever a shorter one does: bisect for the first hit
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if hit(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def sampled_logprobs(token_ids: Sequence[int], logprobs: Sequence[Mapping[int, Any]] | None) -> list[float]:
+    """The log-prob of each sampled token from vLLM's per-position ``{token_id: Logprob}``."""
+    if logprobs is None:
+        raise RuntimeError("vLLM returned no log-probs although SamplingParams(logprobs=0) asked for them")
+    return [float(pos[t].logprob) for t, pos in zip(token_ids, logprobs, strict=True)]
+
+
+def read_outputs(outputs: Sequence[Any], tokenizer: Any, stop: Sequence[str]) -> tuple[list[list[int]], list[list[float]]]:
+    """Token ids and log-probs of each ``RequestOutput``'s first completion, cut at the stop strings."""
+    tokens, logprobs = [], []
+    for out in outputs:
+        c = out.outputs[0]
+        ids = [int(t) for t in c.token_ids]
+        lps = sampled_logprobs(ids, c.logprobs)
+        keep = stop_length(tokenizer, ids, stop)
+        tokens.append(ids[:keep])
+        logprobs.append(lps[:keep])
+    return tokens, logprobs
+
+
+def completion_tensors(tokens: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]],
+                       pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``(completion_ids, completion_mask, logprobs)``: pad id and 0 after each row's tokens."""
+    B, C = len(tokens), max((len(t) for t in tokens), default=0)
+    ids = torch.full((B, C), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, C), dtype=torch.long)
+    lps = torch.zeros((B, C), dtype=torch.float32)
+    for i, (t, lp) in enumerate(zip(tokens, logprobs, strict=True)):
+        ids[i, :len(t)] = torch.tensor(t, dtype=torch.long)
+        mask[i, :len(t)] = 1
+        lps[i, :len(t)] = torch.tensor(lp, dtype=torch.float32)
+    return ids, mask, lps
+
+
+def decode_completions(tokenizer: Any, completion: torch.Tensor, mask: torch.Tensor, stop: Sequence[str]) -> list[str]:
+    """Texts of the kept tokens without special tokens, each cut before its first stop string (as the hf engine)."""
+    texts = []
+    for ids, m in zip(completion.tolist(), mask.tolist(), strict=True):
+        text = tokenizer.decode([i for i, keep in zip(ids, m, strict=True) if keep], skip_special_tokens=True)
+        for s in stop:
+            cut = text.find(s)
+            if cut >= 0:
+                text = text[:cut]
+        texts.append(text)
+    return texts
+
+
+# -- LoRA merged into the base weights ------------------------------------------------------
+def lora_targets(adapter: Mapping[str, torch.Tensor]) -> dict[str, tuple[str, str]]:
+    """Base weight name → (lora_A key, lora_B key) of a peft adapter state dict."""
+    out = {}
+    for k in adapter:
+        if k.endswith(".lora_A.weight"):
+            module = k[: -len(".lora_A.weight")]
+            if module + ".lora_B.weight" not in adapter:
+                raise ValueError(f"LoRA update has {k!r} without its lora_B")
+            out[module.removeprefix(_LORA_PREFIX) + ".weight"] = (k, module + ".lora_B.weight")
+        elif not k.endswith(".lora_B.weight"):
+            raise ConfigError(f"LoRA update holds {k!r}: the vllm engine merges only lora_A/lora_B of linear "
+                              f"layers (no embedding adapters, biases or modules_to_save)")
+    return out
+
+
+def merge_lora(base: Mapping[str, torch.Tensor], adapter: Mapping[str, torch.Tensor],
+               config: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The adapted weights ``W0 + s · B A`` with ``s = alpha / r`` (``alpha / sqrt(r)`` for rsLoRA)."""
+    if config.get("fan_in_fan_out") or config.get("rank_pattern") or config.get("alpha_pattern"):
+        raise ConfigError("LoRA with fan_in_fan_out, rank_pattern or alpha_pattern cannot be merged by the vllm engine")
+    r = int(config["r"])
+    alpha = float(config.get("lora_alpha", 8))  # peft's default
+    scale = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+    merged = {}
+    for name, (a, b) in lora_targets(adapter).items():
+        w0 = base[name]
+        merged[name] = (w0.float() + scale * (adapter[b].float() @ adapter[a].float())).to(w0.dtype)
+    return merged
+
+
+def read_base_weights(model_path: str, names: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The named tensors from the model's safetensors files (a local directory or a cached hub id)."""
+    from safetensors import safe_open
+
+    root = Path(model_path).expanduser()
+    if not root.is_dir():
+        from huggingface_hub import snapshot_download
+
+        root = Path(snapshot_download(model_path, allow_patterns=["*.safetensors", "*.json"]))
+    want, out = set(names), {}
+    for f in sorted(root.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as sf:
+            for k in want.intersection(sf.keys()):
+                out[k] = sf.get_tensor(k)
+    if want - out.keys():
+        raise ConfigError(f"LoRA base weights {sorted(want - out.keys())[:5]} are not in the safetensors files "
+                          f"of {model_path!r}")
+    return out
+
+
+# -- the engine -----------------------------------------------------------------------------
+class VLLMRolloutEngine:
+    """A vLLM engine that samples completions; one per rollout rank, on one GPU (or a share of one)."""
+
+    def __init__(self, model_path: str, dtype: str = "float32", seed: int = 0, gpu_memory_utilization: float = 0.4,
+                 chat: bool = True, enforce_eager: bool = False, max_model_len: int | None = None) -> None:
+        configure_threads()
+        kwargs = engine_kwargs(model_path, dtype, seed, gpu_memory_utilization, enforce_eager, max_model_len)
+        vllm = require_vllm()
+        # Engine core in this process: the actor's GPU share, tensors passed by reference (see module doc).
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self.model_path = str(model_path)
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.llm = vllm.LLM(**kwargs)
+        self._sampling_params = vllm.SamplingParams
+        self.vllm_version = vllm.__version__
+        self.chat = chat
+        self.seed = seed
+        self.version = 0
+        self._lora_base: dict[str, torch.Tensor] | None = None
+
+    def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
+                 seed: int | None = None) -> Batch:
+        """Sample one completion per prompt (repeat a prompt G times for a group)."""
+        if isinstance(sampling, dict):
+            sampling = SamplingConfig(**sampling)
+        if rows is not None and len(rows) != len(prompts):
+            raise ValueError(f"generate: {len(rows)} rows for {len(prompts)} prompts")
+        t0 = time.perf_counter()
+        tok = self.tokenizer
+        prompt_ids, prompt_mask, unpadded = encode_prompts(tok, chat_format(tok, prompts, self.chat))
+        params = [self._sampling_params(**kw) for kw in sampling_kwargs(sampling, len(prompts), seed, tok.eos_token_id)]
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in unpadded], params, use_tqdm=False)
+        tokens, logprobs = read_outputs(outputs, tok, sampling.stop)
+        completion, mask, lps = completion_tensors(tokens, logprobs, tok.pad_token_id)
+        return Batch(
+            {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion,
+             "completion_mask": mask, "logprobs": lps},
+            {"prompt": list(prompts), "completion": decode_completions(tok, completion, mask, sampling.stop),
+             "row": rows or [{} for _ in prompts]},
+            {"version": self.version, "gen_s": time.perf_counter() - t0, "tokens": int(mask.sum())},
+        )
+
+    # -- weights ------------------------------------------------------------------------------
+    def load_weights(self, update: WeightUpdate) -> int:
+        """Install a learner's published weights (full, LoRA or nccl); returns the new version."""
+        if update.kind == "nccl":
+            self.llm.collective_rpc("troupe_receive_nccl", args=(update.ref,))
+        elif update.kind == "lora":
+            self._load_named(self._merged_lora(update))
+        else:
+            import ray
+
+            self._load_named(unpack_state_dict(ray.get(update.ref)))
+        self.llm.reset_prefix_cache()  # cached KV blocks belong to the old weights
+        self.version = update.version
+        return self.version
+
+    def _load_named(self, weights: Mapping[str, torch.Tensor]) -> None:
+        self.llm.collective_rpc("troupe_load_weights", args=(list(weights.items()),))
+
+    def _merged_lora(self, update: WeightUpdate) -> dict[str, torch.Tensor]:
+        import ray
+
+        adapter = unpack_state_dict(ray.get(update.ref))
+        targets = lora_targets(adapter)
+        if self._lora_base is None or not set(targets) <= self._lora_base.keys():
+            # Merging starts from the base every time, never from the previous merge: keep W0 on the CPU.
+            self._lora_base = read_base_weights(self.model_path, targets)
+        return merge_lora(self._lora_base, adapter, update.adapter_config or {})
+
+    def weight_group_size(self) -> int:
+        """vLLM workers of this engine: the ranks it takes in the nccl weight-sync group."""
+        return int(self.llm.llm_engine.vllm_config.parallel_config.world_size)
+
+    def init_weight_group(self, address: str, port: int, rank_offset: int, world_size: int) -> bool:
+        """Join the nccl weight-sync group (at the same time as learner rank 0; see `transport.nccl`)."""
+        self.llm.collective_rpc("troupe_init_weight_group", args=(address, port, rank_offset, world_size))
+        return True
+
+    def get_version(self) -> int:
+        return self.version
+
+    def info(self) -> dict[str, Any]:
+        return {"backend": "vllm", "device": "cuda", "version": self.version, "vllm": self.vllm_version,
+                "logprobs": "processed_logprobs", **dataclasses.asdict(SamplingConfig())}
+
+
+class TroupeWorkerExtension:
+    """Methods vLLM mixes into its GPU worker (``worker_extension_cls``), called by name through
+    ``LLM.collective_rpc``; ``self`` is the worker. The ``troupe_`` prefix keeps them apart from
+    the worker's own methods, which vLLM refuses to shadow."""
+
+    model_runner: Any
+    device: Any
+
+    def troupe_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
+        """Copy ``(Hugging Face name, tensor)`` pairs into the running model in place."""
+        self.model_runner.model.load_weights(weights=weights)
+        return len(weights)
+
+    def troupe_init_weight_group(self, address: str, port: int, rank_offset: int, world_size: int) -> int:
+        from vllm.distributed.parallel_state import get_world_group
+
+        rank = get_world_group().rank + rank_offset
+        self.troupe_weight_group = nccl.init_group(address, port, rank, world_size, self.device)
+        return rank
+
+    def troupe_receive_nccl(self, manifest: nccl.Manifest) -> int:
+        model = self.model_runner.model
+        return nccl.receive(self.troupe_weight_group, manifest, lambda ws: model.load_weights(weights=ws), self.device)

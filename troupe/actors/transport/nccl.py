@@ -1,0 +1,220 @@
+"""Full weights by NCCL broadcast from learner rank 0 to the rollout engines' vLLM workers (GPU).
+
+The group is separate from the learner's DDP group and from vLLM's own: a vLLM
+`StatelessProcessGroup` (a TCP store for the rendezvous) carrying a `PyNcclCommunicator`,
+the recipe vLLM documents for trainer-to-engine weight sync. Torch's default process group
+cannot serve: both the learner (DDP) and the vLLM worker already own one.
+
+Setup handshake, once before the first sync:
+
+1. Learner rank 0 picks its node address and a free port (`Learner.master_address`).
+2. Each engine says how many vLLM workers it runs (`VLLMRolloutEngine.weight_group_size`:
+   tensor-parallel size × pipeline size, 1 for the default engine).
+3. `plan_group(address, port, sizes)` numbers the group: the learner is rank 0, engine ``i``'s
+   workers are ranks ``rank_offsets[i] + r`` for worker rank ``r``; the world size is
+   ``1 + sum(sizes)``.
+4. Every member calls `init_group` at the same time: learner rank 0 with rank 0, each engine
+   with `GroupPlan.engine_args(i)`. Rank 0 hosts the TCP store; the calls must be launched
+   together and waited on together, or the rendezvous deadlocks.
+
+Each sync: the learner calls `publish` (a manifest of names, dtypes and shapes packed into
+buckets, a few KB, travelling through Ray as the `WeightUpdate`), the engines enter `receive`
+with it and the learner enters `send`; each bucket is one broadcast of a flat byte buffer, and
+an engine loads a bucket's tensors as soon as it arrives, so peak extra memory is one bucket.
+
+NCCL refuses two ranks on one GPU: a learner colocated with its engines on the same device
+uses the object store transport instead. With LoRA the adapter is small and always travels
+through the object store (`lora.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from troupe.actors.transport.base import WeightUpdate
+from troupe.platform.errors import ConfigError
+
+DEFAULT_BUCKET_BYTES = 256 * 2**20
+ALIGN = 16  # byte alignment of each tensor in a bucket: a uint8 slice views as any dtype
+_DTYPES = {name: getattr(torch, name) for name in
+           ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a bucket: its name, dtype, shape and byte offset in the bucket buffer."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        numel = 1
+        for d in self.shape:
+            numel *= d
+        return numel * dtype_from_name(self.dtype).itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+    """Tensors broadcast together as one flat byte buffer of ``nbytes``."""
+
+    specs: tuple[TensorSpec, ...]
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """What the receivers allocate, in the order the sender broadcasts."""
+
+    buckets: tuple[Bucket, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for b in self.buckets for s in b.specs]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of tensor data (the buffers add alignment padding)."""
+        return sum(s.nbytes for b in self.buckets for s in b.specs)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPlan:
+    """Address, world size and each engine's first rank in the weight-sync group."""
+
+    address: str
+    port: int
+    world_size: int
+    rank_offsets: tuple[int, ...]
+
+    def engine_args(self, i: int) -> dict[str, Any]:
+        """Keyword arguments of `VLLMRolloutEngine.init_weight_group` for engine ``i``."""
+        return {"address": self.address, "port": self.port, "rank_offset": self.rank_offsets[i],
+                "world_size": self.world_size}
+
+    def trainer_args(self) -> dict[str, Any]:
+        """Keyword arguments of `init_group` for learner rank 0."""
+        return {"address": self.address, "port": self.port, "rank": 0, "world_size": self.world_size}
+
+
+def plan_group(address: str, port: int, engine_sizes: Sequence[int]) -> GroupPlan:
+    """Number the group: rank 0 is the learner, then each engine's workers in turn."""
+    if not engine_sizes:
+        raise ConfigError("nccl weight transport: there are no rollout engines to send to")
+    if any(int(n) < 1 for n in engine_sizes):
+        raise ConfigError(f"nccl weight transport: every engine needs >= 1 worker, got sizes {list(engine_sizes)}")
+    if not 0 < int(port) < 65536:
+        raise ConfigError(f"nccl weight transport: port {port} is not a TCP port")
+    offsets, next_rank = [], 1
+    for n in engine_sizes:
+        offsets.append(next_rank)
+        next_rank += int(n)
+    return GroupPlan(address=address, port=int(port), world_size=next_rank, rank_offsets=tuple(offsets))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` → ``"bfloat16"`` (names travel in the manifest; dtypes do not pickle everywhere)."""
+    name = str(dtype).removeprefix("torch.")
+    dtype_from_name(name)
+    return name
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    if name not in _DTYPES:
+        raise ValueError(f"nccl weight transport cannot carry dtype {name!r}; supported: {sorted(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def build_manifest(state: Mapping[str, torch.Tensor], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Manifest:
+    """Pack the tensors, in order, into buckets of at most ``bucket_bytes`` (a larger tensor gets its own)."""
+    if bucket_bytes < ALIGN:
+        raise ValueError(f"bucket_bytes={bucket_bytes} is smaller than one aligned slot ({ALIGN} bytes)")
+    buckets: list[Bucket] = []
+    specs: list[TensorSpec] = []
+    used = 0
+    for name, t in state.items():
+        spec = TensorSpec(name, dtype_name(t.dtype), tuple(int(d) for d in t.shape), 0)
+        if specs and used + spec.nbytes > bucket_bytes:
+            buckets.append(Bucket(tuple(specs), used))
+            specs, used = [], 0
+        specs.append(dataclasses.replace(spec, offset=used))
+        used = _aligned(used + spec.nbytes)
+    if specs:
+        buckets.append(Bucket(tuple(specs), used))
+    return Manifest(tuple(buckets))
+
+
+def pack_bucket(state: Mapping[str, torch.Tensor], bucket: Bucket, device: torch.device | str) -> torch.Tensor:
+    """One flat uint8 buffer holding the bucket's tensors at their offsets."""
+    buf = torch.zeros(bucket.nbytes, dtype=torch.uint8, device=device)
+    for s in bucket.specs:
+        t = state[s.name].detach()
+        if dtype_name(t.dtype) != s.dtype or tuple(t.shape) != s.shape:
+            raise ValueError(f"{s.name}: the tensor ({t.dtype}, {tuple(t.shape)}) no longer matches the manifest "
+                             f"({s.dtype}, {s.shape})")
+        buf[s.offset:s.offset + s.nbytes].copy_(t.reshape(-1).view(torch.uint8))
+    return buf
+
+
+def unpack_bucket(buf: torch.Tensor, bucket: Bucket) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` views into ``buf`` (no copy)."""
+    return [(s.name, buf[s.offset:s.offset + s.nbytes].view(dtype_from_name(s.dtype)).view(s.shape))
+            for s in bucket.specs]
+
+
+# -- learner side ---------------------------------------------------------------------
+def publish(state: Mapping[str, torch.Tensor], version: int, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> WeightUpdate:
+    """The update the engines receive with: the manifest only (the tensors follow by `send`)."""
+    manifest = build_manifest(state, bucket_bytes)
+    # `ref` holds the manifest itself: it is small and the tensors never enter the object store.
+    return WeightUpdate(version=version, ref=manifest, nbytes=manifest.nbytes, kind="nccl")
+
+
+def send(group: Any, state: Mapping[str, torch.Tensor], manifest: Manifest, src: int = 0) -> int:
+    """Broadcast the tensors bucket by bucket from rank ``src``; returns the bytes sent."""
+    device = next(iter(state.values())).device if state else torch.device("cpu")
+    sent = 0
+    for bucket in manifest.buckets:
+        buf = pack_bucket(state, bucket, device)
+        group.broadcast(buf, src=src)
+        sent += bucket.nbytes
+    return sent
+
+
+# -- engine side ----------------------------------------------------------------------
+def receive(group: Any, manifest: Manifest, load: Callable[[list[tuple[str, torch.Tensor]]], Any],
+            device: torch.device | str, src: int = 0) -> int:
+    """Receive every bucket and hand its tensors to ``load``; returns the number of tensors."""
+    n = 0
+    for bucket in manifest.buckets:
+        buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
+        group.broadcast(buf, src=src)
+        tensors = unpack_bucket(buf, bucket)
+        load(tensors)
+        n += len(tensors)
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)  # the next generate must see every loaded weight
+    return n
+
+
+def init_group(address: str, port: int, rank: int, world_size: int, device: torch.device | int | str) -> Any:
+    """Join the weight-sync group (every member at once); returns vLLM's NCCL communicator."""
+    try:
+        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+        from vllm.distributed.utils import StatelessProcessGroup
+    except ImportError as e:
+        raise ConfigError('the nccl weight transport needs vLLM on the learner and engine nodes: '
+                          'pip install -e ".[gpu]" on machines with CUDA GPUs') from e
+    pg = StatelessProcessGroup.create(host=address, port=port, rank=rank, world_size=world_size)
+    return PyNcclCommunicator(pg, device=device)
