@@ -5,14 +5,13 @@ import sys
 
 import pytest
 
-
-def troupe(*args):
-    return subprocess.run([sys.executable, "-m", "troupe.cli", *args], capture_output=True, text=True, timeout=120)
+from troupe.cli import main
 
 
-def test_list_shows_algorithms_and_presets():
-    out = troupe("list")
-    assert out.returncode == 0 and "grpo" in out.stdout and "smoke" in out.stdout
+def test_list_shows_algorithms_and_presets(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "grpo" in out and "smoke" in out
 
 
 @pytest.mark.parametrize(
@@ -25,16 +24,24 @@ def test_list_shows_algorithms_and_presets():
         (["run", "grpo", "model.path=/no/such/model", "model.sft.steps=0"], "model path '/no/such/model' does not exist"),
         (["run", "grpo", "task.dataset=/no/such.jsonl"], "dataset file '/no/such.jsonl' does not exist"),
         (["run", "grpo", "grpo.advantage=nope"], "unknown advantage 'nope'"),
+        (["run", "grpo", "reward.on_error=maybe"], "'reward.on_error'"),
         (["report", "/no/such/run"], "is not a run directory"),
+        (["run", "grpo", "--resume", "/no/such/run"], "no config.yaml there"),
     ],
 )
-def test_bad_input_gets_one_clear_error(args, message, tmp_path):
-    out = troupe(*args)
-    assert out.returncode == 2, out.stderr
-    assert message in out.stderr
-    assert "Traceback" not in out.stderr
+def test_bad_input_gets_one_clear_error(args, message, capsys, monkeypatch, tmp_path, troupe_cache):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("troupe: error:")
 
 
-def test_print_config_applies_overrides():
-    out = troupe("run", "grpo", "--preset", "smoke", "--print-config", "learner.lr=0.01")
-    assert out.returncode == 0 and '"lr": 0.01' in out.stdout
+def test_print_config_applies_overrides(capsys):
+    assert main(["run", "grpo", "--preset", "smoke", "--print-config", "learner.lr=0.01"]) == 0
+    assert '"lr": 0.01' in capsys.readouterr().out
+
+
+def test_the_console_script_prints_no_traceback():
+    out = subprocess.run([sys.executable, "-m", "troupe.cli", "run", "grpo", "learner.lrr=1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "learner.lrr" in out.stderr

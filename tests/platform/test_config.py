@@ -73,3 +73,13 @@ def test_bad_value_in_real_config_names_key():
         resolve(GRPOConfig, None, None, ["grpo.group_size=1"])
     with pytest.raises(ConfigError, match="learner.aggregation"):
         resolve(GRPOConfig, None, None, ["learner.aggregation=sum"])
+
+
+@dataclasses.dataclass
+class WithOwnDefaults:
+    inner: Inner = dataclasses.field(default_factory=lambda: Inner(lr=0.5, name="own"))
+
+
+def test_partial_section_keeps_the_parents_own_defaults():
+    cfg = resolve(WithOwnDefaults, None, None, ["inner.flag=true"])
+    assert (cfg.inner.lr, cfg.inner.name, cfg.inner.flag) == (0.5, "own", True)

@@ -48,7 +48,7 @@ class LoraSettings:
 class LearnerConfig:
     """The learner section of an RL algorithm's config."""
 
-    lr: float = 5e-4
+    lr: float = 2e-4
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = 1.0
@@ -102,6 +102,7 @@ class Learner:
                                            weight_decay=self.cfg.weight_decay)
         self.version = 0
         self.updates = 0
+        self.weight_group: Any = None  # nccl group with the engines, when that transport is on
 
     # -- distributed ----------------------------------------------------------------
     def master_address(self) -> tuple[str, int]:
@@ -181,15 +182,41 @@ class Learner:
         return totals
 
     # -- weights ------------------------------------------------------------------------
-    def publish_weights(self) -> WeightUpdate:
-        """Put the current weights in the object store under a new version."""
+    def publish_weights(self, transport: str = "object_store") -> WeightUpdate:
+        """The current weights under a new version: in the object store, or (``"nccl"``) as a
+        manifest whose tensors `broadcast_weights` then sends. LoRA always sends the adapter only."""
         self.version += 1
+        return self._published(transport)
+
+    def current_weights(self) -> WeightUpdate:
+        """The current version again, through the object store (for a restarted engine)."""
+        return self._published("object_store")
+
+    def _published(self, transport: str) -> WeightUpdate:
         if self.cfg.lora.enabled:
             from peft import get_peft_model_state_dict
 
             return lora_transport.publish(get_peft_model_state_dict(self.model), self.cfg.lora.peft_config(),
                                           self.version)
+        if transport == "nccl":
+            from troupe.actors.transport import nccl
+
+            return nccl.publish(self.model.state_dict(), self.version)
         return object_store.publish(self.model.state_dict(), self.version)
+
+    def init_weight_group(self, address: str, port: int, rank: int, world_size: int) -> bool:
+        """Join the nccl group shared with the rollout engines (this rank is the source)."""
+        from troupe.actors.transport import nccl
+
+        self.weight_group = nccl.init_group(address, port, rank, world_size, torch.cuda.current_device())
+        return True
+
+    def broadcast_weights(self, update: WeightUpdate) -> int:
+        """Send the tensors named by an nccl `WeightUpdate` to every engine in the group."""
+        from troupe.actors.transport import nccl
+
+        nccl.send(self.weight_group, self.model.state_dict(), update.ref)
+        return update.version
 
     def load_weights(self, update: WeightUpdate) -> int:
         object_store.receive(self.model, update)

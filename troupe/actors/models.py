@@ -94,7 +94,15 @@ def build_tiny_lm(spec: TinyLMSpec, tokenizer: Any, seed: int = 0) -> Any:
     return model
 
 
+def _quiet_transformers() -> None:
+    # Per-shard progress bars from every actor drown the run's own progress.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def save_model(model: Any, tokenizer: Any, path: str | Path) -> None:
+    _quiet_transformers()
     path = Path(path)
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
@@ -126,6 +134,7 @@ def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu
     import torch
     from transformers import AutoModelForCausalLM
 
+    _quiet_transformers()
     path = Path(name_or_path).expanduser()
     if _looks_local(name_or_path) and not path.exists():
         raise ConfigError(

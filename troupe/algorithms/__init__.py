@@ -1,7 +1,10 @@
-"""Algorithms; importing this package registers each of them."""
+"""Algorithms, registered by name; each module is imported only when its algorithm is asked for."""
 
-import importlib
+from troupe.platform.registry import ALGORITHMS
 
-# One module (or package) per algorithm; each registers itself with ALGORITHMS on import.
-for _name in ("grpo",):
-    importlib.import_module(f"troupe.algorithms.{_name}")
+# name -> the class, as "module:attr" (importing one algorithm never pays for the others)
+for _name, _path in {
+    "grpo": "troupe.algorithms.grpo:GRPO",
+    "bandit": "troupe.algorithms.bandit.algorithm:BanditAlgorithm",
+}.items():
+    ALGORITHMS.register_lazy(_name, _path)

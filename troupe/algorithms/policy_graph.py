@@ -93,6 +93,7 @@ class PolicyGraph:
         kw: dict[str, Any] = {"model_path": self.model_path, "dtype": c.model.dtype, "seed": c.run.seed}
         if c.rollout.backend == "vllm":
             kw["gpu_memory_utilization"] = c.rollout.gpu_memory_utilization
+            kw["max_model_len"] = c.rollout.max_model_len
         else:
             kw["device"] = c.model.device
         return kw
@@ -103,6 +104,24 @@ class PolicyGraph:
         if len(learners) > 1:
             addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
             learners.call("init_distributed", addr, port)
+        if self.nccl:
+            self._init_weight_group()
+
+    @property
+    def nccl(self) -> bool:
+        return self.cfg.rollout.weight_transport == "nccl" and not self.cfg.learner.lora.enabled
+
+    def _init_weight_group(self) -> None:
+        """One nccl group: learner rank 0 is rank 0, then every engine's workers."""
+        from troupe.actors.transport import nccl
+
+        learners, engines = self.graph["learner"], self.graph["rollout"]
+        addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
+        plan = nccl.plan_group(addr, port, engines.call("weight_group_size"))
+        # Launch every member before waiting: rank 0 hosts the rendezvous.
+        refs = [h.init_weight_group.remote(**plan.engine_args(i)) for i, h in enumerate(engines.handles)]
+        refs.append(learners[0].init_weight_group.remote(**plan.trainer_args()))
+        engines.wait(refs, "init_weight_group")
 
     # -- the calls ----------------------------------------------------------------------
     def generate(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int) -> PendingRollout:
@@ -121,7 +140,9 @@ class PolicyGraph:
     def wait_batches(self, pending: PendingRollout | list[Any]) -> list[Any]:
         """Wait for every engine's Batch; a call lost to a dead engine is re-issued once the
         engine is back (restarted with its weights reset, so the last weights are reloaded
-        first) and counted in `faults`. Returns the Batch refs in prompt order."""
+        first) and counted in `faults`. An engine that does not answer within the call timeout
+        is a straggler: it is restarted and its call re-issued the same way. Returns the Batch
+        refs in prompt order."""
         import ray
 
         if isinstance(pending, list):
@@ -138,6 +159,9 @@ class PolicyGraph:
                         raise RemoteCallError(f"rollout engine {i}: generate failed {attempt + 1} times; "
                                               f"last error: {e}") from e
                     self.faults += 1
+                    if isinstance(e, ray.exceptions.GetTimeoutError):
+                        # A straggler is still busy with the call, and any call queues behind it.
+                        ray.kill(engines[i], no_restart=False)
                     self._recover_engine(i)
                     ref = engines[i].generate.remote(*args, seed=seed)
             refs.append(ref)
@@ -157,7 +181,12 @@ class PolicyGraph:
                 if time.monotonic() > deadline:
                     raise RemoteCallError(f"rollout engine {i} did not come back within {engines.timeout_s:.0f}s") from None
                 time.sleep(0.5)
-        if self.last_update is not None:
+        if self.nccl:
+            # A restarted engine lost its group: rebuild it, then send the weights it missed.
+            self._init_weight_group()
+            current = self.graph["learner"][0].current_weights.remote()
+            engines.wait([engines[i].load_weights.remote(current)], "load_weights")
+        elif self.last_update is not None:
             engines.wait([engines[i].load_weights.remote(self.last_update)], "load_weights")
 
     def pop_faults(self) -> int:
@@ -181,6 +210,11 @@ class PolicyGraph:
         """Publish from learner rank 0 and install on every engine; returns bytes and seconds."""
         t = time.perf_counter()
         learners, engines = self.graph["learner"], self.graph["rollout"]
+        if self.nccl:
+            update = learners.wait([learners[0].publish_weights.remote("nccl")], "publish_weights")[0]
+            engines.wait([h.load_weights.remote(update) for h in engines.handles]
+                         + [learners[0].broadcast_weights.remote(update)], "load_weights")
+            return {"sync/bytes": float(update.nbytes), "time/sync_s": time.perf_counter() - t}
         update_ref = learners[0].publish_weights.remote()
         self.last_update = update_ref
         engines.wait([h.load_weights.remote(update_ref) for h in engines.handles], "load_weights")

@@ -32,6 +32,13 @@ class RunConfig:
     num_cpus: int | None = None  # CPUs of that local cluster; None lets Ray count them
     placement_timeout_s: float = 300.0
     call_timeout_s: float = 900.0
+    # Node type -> resources one node of it offers, as in a cluster YAML's available_node_types
+    # (e.g. {gpu_worker: {CPU: 8, GPU: 1}}): a bundle that fits none of them, nor a node alive
+    # now, is an error before anything is placed. {} skips the check (the cluster's shapes are unknown).
+    node_types: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    # Ask the autoscaler for every bundle up front (ray.autoscaler.sdk.request_resources), so it
+    # launches all nodes at once; the request is cleared when the run's actors are torn down.
+    request_resources: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -129,7 +136,13 @@ def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
     if unknown:
         allowed = ", ".join(prefix + k for k in fields)
         raise ConfigError(f"unknown config key {prefix + unknown[0]!r}; allowed keys here: {allowed}")
-    kwargs = {k: _coerce(v, hints[k], prefix + k) for k, v in data.items()}
+    kwargs = {}
+    for k, v in data.items():
+        f = fields[k]
+        if isinstance(v, dict) and dataclasses.is_dataclass(hints[k]) and f.default_factory is not dataclasses.MISSING:
+            # A partial section overrides the parent's own default for it, not the section class's.
+            v = merge(to_dict(f.default_factory()), v)
+        kwargs[k] = _coerce(v, hints[k], prefix + k)
     try:
         return cls(**kwargs)
     except ConfigError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ class Run:
         self.metrics: MetricsLog | None = None
         self.faults = 0
         self._last_eval: int | None = None
+        self._last_checkpoint: int | None = None
         self._started_ray = False
         self._t0 = time.monotonic()
 
@@ -95,12 +97,14 @@ class Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfglib.save_yaml(cfglib.to_dict(self.config), self.run_dir / "config.yaml")
         _seed_everything(rc.seed)
-        self._init_ray(rc)
         self.ctx = RunContext(run_dir=self.run_dir, seed=rc.seed, call_timeout_s=rc.call_timeout_s)
         self.metrics = MetricsLog(self.run_dir)
         try:
+            # Bad data paths, models or names fail here, before any cluster starts.
             self.algo = self.cls(self.config, self.ctx)
-            self.graph = ActorGraph(self.algo.roles(), rc.placement_timeout_s, rc.call_timeout_s).start()
+            self._init_ray(rc)
+            self.graph = ActorGraph(self.algo.roles(), rc.placement_timeout_s, rc.call_timeout_s,
+                                    node_types=rc.node_types, request_resources=rc.request_resources).start()
             self.algo.setup(self.graph)
             if self.resume_dir is not None:
                 self._restore()
@@ -132,6 +136,7 @@ class Run:
         state = json.loads((ckpt / "driver.json").read_text())
         self.algo.load(ckpt)
         self.step_index = int(state["step"])
+        self._last_checkpoint = self.step_index
         self.faults = int(state.get("faults", 0))
         _set_rng_state(state["rng"])
         self.metrics.truncate_after(self.step_index)
@@ -172,7 +177,9 @@ class Run:
             atomic_write_json(tmp / "driver.json", {"step": self.step_index, "faults": self.faults,
                                                      "rng": _get_rng_state()})
 
-        return CheckpointDir(self.ctx.checkpoints_dir).write(self.step_index, fill)
+        path = CheckpointDir(self.ctx.checkpoints_dir).write(self.step_index, fill)
+        self._last_checkpoint = self.step_index
+        return path
 
     def run(self) -> dict[str, Any]:
         """Every remaining step, a final evaluation and checkpoint, then the report."""
@@ -193,7 +200,7 @@ class Run:
             bar.close()
         if self._last_eval != self.step_index:
             self.evaluate()
-        if self.step_index > 0:
+        if self.step_index > 0 and self._last_checkpoint != self.step_index:
             self.checkpoint()
         return self.finish()
 
@@ -249,31 +256,34 @@ def _needs_ray(cls: type[Algorithm]) -> bool:
 
 def _seed_everything(seed: int) -> None:
     import numpy as np
-    import torch
 
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    if "torch" in sys.modules:  # algorithms that use torch have imported it; others skip its cost
+        sys.modules["torch"].manual_seed(seed)
 
 
 def _get_rng_state() -> dict[str, Any]:
     import numpy as np
-    import torch
 
     np_state = np.random.get_state()
-    return {
+    state = {
         "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
         "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-        "torch": torch.get_rng_state().tolist(),
     }
+    if "torch" in sys.modules:
+        state["torch"] = sys.modules["torch"].get_rng_state().tolist()
+    return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     import numpy as np
-    import torch
 
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     npst = state["numpy"]
     np.random.set_state((npst[0], np.array(npst[1], dtype=np.uint32), *npst[2:]))
-    torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
+    if "torch" in state:
+        import torch
+
+        torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))

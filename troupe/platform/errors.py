@@ -20,6 +20,10 @@ class PlacementTimeout(TroupeError, TimeoutError):
     """Placement groups were not granted in time; the message names the pending bundles."""
 
 
+class PlacementInfeasible(ConfigError):
+    """A bundle fits no node the cluster can have; the message names it and the largest offer."""
+
+
 class DataError(TroupeError, ValueError):
     """A dataset row or a data file lacks a required field or holds a bad value."""
 

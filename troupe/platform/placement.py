@@ -4,20 +4,28 @@ A role is an actor class, a count, CPUs and GPUs per actor, and a colocation gro
 the same group share placement-group bundles (bundle i holds rank i of each role), so a
 learner and a rollout engine can sit on the same GPU; each group is one placement group.
 
-Placement never checks the cluster's size first: a pending placement group is what makes
-an autoscaler add nodes. It waits up to ``timeout_s`` and then removes the groups and raises
+Placement never checks the cluster's size now: a pending placement group is what makes an
+autoscaler add nodes. What it checks, before creating anything, is whether each bundle fits
+some node the cluster *can* have (``node_types``, e.g. a cluster YAML's node types, plus the
+nodes alive now); a bundle that fits none would stay pending forever, so it is an error
+(`PlacementInfeasible`) naming the bundle and the largest offer. It can ask the autoscaler for
+every bundle ahead (``request_resources``) and clears that request at `ActorGraph.shutdown`.
+While groups are pending it logs what is pending every ``report_every_s``, with what the
+autoscaler is launching; after ``timeout_s`` it removes the groups and raises
 `PlacementTimeout` naming the bundles it could not get and what the cluster has.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from troupe.platform.errors import PlacementTimeout, RemoteCallError
+from troupe.platform.errors import PlacementInfeasible, PlacementTimeout, RemoteCallError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,65 @@ def plan_bundles(roles: Sequence[Role]) -> dict[str, list[dict[str, float]]]:
     return groups
 
 
+def bundle_misfit(bundle: Mapping[str, float], node_types: Mapping[str, Mapping[str, float]]) -> str | None:
+    """Why no node type can hold ``bundle`` (None when one can).
+
+    ``node_types`` maps a node type to the resources one node of it offers. The reason names,
+    for each resource that is short, the most any node type offers and which type that is.
+    """
+    eps = 1e-9  # fractional shares summed in floating point
+    need = {k: float(v) for k, v in bundle.items() if float(v) > 0}
+    if any(all(res.get(k, 0.0) + eps >= v for k, v in need.items()) for res in node_types.values()):
+        return None
+    if not node_types:
+        return "no node types are known"
+    short = []
+    for k, v in need.items():
+        best_name, best = max(((n, float(r.get(k, 0.0))) for n, r in node_types.items()), key=lambda t: t[1])
+        if best + eps < v:
+            offer = f"{fmt_amount(best)} ({best_name})" if best > 0 else "none"
+            short.append(f"{k}: {fmt_amount(v)} needed, the most any node type offers is {offer}")
+    if short:
+        return "; ".join(short)
+    return "no single node type offers all of it at once (" + ", ".join(
+        f"{n} has {fmt_bundle(r)}" for n, r in node_types.items()) + ")"
+
+
+def infeasible_groups(
+    plan: Mapping[str, Sequence[Mapping[str, float]]],
+    strategies: Mapping[str, str],
+    node_types: Mapping[str, Mapping[str, float]],
+) -> list[str]:
+    """One line per bundle of ``plan`` that no node type can hold (and per STRICT_PACK group
+    whose bundles together fit no single node): such a group would stay pending forever."""
+    lines = []
+    for key, bundles in plan.items():
+        for i, bundle in enumerate(bundles):
+            reason = bundle_misfit(bundle, node_types)
+            if reason:
+                lines.append(f"group {key!r} bundle {i} {fmt_bundle(bundle)}: {reason}")
+        if strategies.get(key, "PACK").upper() == "STRICT_PACK" and len(bundles) > 1:
+            total: dict[str, float] = {}
+            for b in bundles:
+                for k, v in b.items():
+                    total[k] = total.get(k, 0.0) + float(v)
+            reason = bundle_misfit(total, node_types)
+            if reason:
+                lines.append(f"group {key!r} (STRICT_PACK, all {len(bundles)} bundles on one node) "
+                             f"{fmt_bundle(total)}: {reason}")
+    return lines
+
+
+def fmt_amount(v: float) -> str:
+    """``2`` for a whole amount, else ``0.5``."""
+    return str(int(round(v))) if math.isclose(v, round(v)) else f"{v:g}"
+
+
+def fmt_bundle(res: Mapping[str, float]) -> str:
+    """``{CPU: 1, GPU: 0.5}``: a bundle or a node's resources, for messages."""
+    return "{" + ", ".join(f"{k}: {fmt_amount(float(v))}" for k, v in res.items()) + "}"
+
+
 class ActorGroup:
     """The ranks of one role, with fan-out calls that always carry a timeout."""
 
@@ -121,17 +188,43 @@ class ActorGroup:
 
 
 class ActorGraph:
-    """The placed actors of an algorithm, by role name; tears itself down on `shutdown`."""
+    """The placed actors of an algorithm, by role name; tears itself down on `shutdown`.
 
-    def __init__(self, roles: Sequence[Role], timeout_s: float = 300.0, call_timeout_s: float = 900.0) -> None:
+    Args:
+        roles: the roles to place.
+        timeout_s: how long to wait for every placement group before `PlacementTimeout`.
+        call_timeout_s: the timeout of every call made through an `ActorGroup`.
+        node_types: node type → the resources one node of it offers (what the cluster can
+            grow to); when given, a bundle that fits neither a type nor a node alive now
+            raises `PlacementInfeasible` before anything is created. None skips the check.
+        request_resources: ask the autoscaler for every bundle before waiting, so that it
+            launches all the nodes at once; the request is cleared at `shutdown`. An
+            autoscaler keeps one such request per cluster: the last caller's wins.
+        report_every_s: how often to log what is still pending while waiting.
+    """
+
+    def __init__(
+        self,
+        roles: Sequence[Role],
+        timeout_s: float = 300.0,
+        call_timeout_s: float = 900.0,
+        *,
+        node_types: Mapping[str, Mapping[str, float]] | None = None,
+        request_resources: bool = False,
+        report_every_s: float = 15.0,
+    ) -> None:
         names = [r.name for r in roles]
         if len(set(names)) != len(names):
             raise ValueError(f"role names must be unique, got {names}")
         self.roles = list(roles)
         self.timeout_s = timeout_s
         self.call_timeout_s = call_timeout_s
+        self.node_types = {k: dict(v) for k, v in (node_types or {}).items()}
+        self.request_resources = request_resources
+        self.report_every_s = report_every_s
         self.placement_groups: dict[str, Any] = {}
         self.groups: dict[str, ActorGroup] = {}
+        self._requested = False
 
     def __getitem__(self, name: str) -> ActorGroup:
         if name not in self.groups:
@@ -151,13 +244,35 @@ class ActorGraph:
         return self
 
     def _place(self) -> None:
-        import ray
         from ray.util.placement_group import placement_group
 
         plan = plan_bundles(self.roles)
         strategies = {(r.colocate or r.name): r.strategy for r in self.roles}
+        if self.node_types:
+            self._check_feasible(plan, strategies)
+        if self.request_resources:
+            _request_resources([b for bundles in plan.values() for b in bundles])
+            self._requested = True
         for key, bundles in plan.items():
             self.placement_groups[key] = placement_group(bundles, strategy=strategies[key], name="")
+        self._wait_placed(plan, strategies)
+
+    def _check_feasible(self, plan: dict[str, list[dict[str, float]]], strategies: dict[str, str]) -> None:
+        """Raise `PlacementInfeasible` if a bundle fits no node the cluster can have."""
+        shapes = {**live_node_types(), **self.node_types}
+        lines = infeasible_groups(plan, strategies, shapes)
+        if lines:
+            raise PlacementInfeasible(
+                "these bundles fit no node this cluster can have, so their placement groups would "
+                "wait forever:\n  " + "\n  ".join(lines)
+                + "\nnode types (run.node_types and the nodes alive now): "
+                + "; ".join(f"{n} {fmt_bundle(r)}" for n, r in shapes.items())
+                + ".\nLower the roles' num_cpus/num_gpus, or add a node type that holds them."
+            )
+
+    def _wait_placed(self, plan: dict[str, list[dict[str, float]]], strategies: dict[str, str]) -> None:
+        import ray
+
         deadline = time.monotonic() + self.timeout_s
         pending = dict(self.placement_groups)
         last_report = time.monotonic()
@@ -168,20 +283,25 @@ class ActorGraph:
             if not pending:
                 break
             now = time.monotonic()
+            lines = [f"  group {k!r}: bundles {plan[k]} (strategy {strategies[k]})" for k in pending]
             if now > deadline:
                 available = ray.available_resources()
                 total = ray.cluster_resources()
-                lines = [f"  group {k!r}: bundles {plan[k]} (strategy {strategies[k]})" for k in pending]
+                activity = autoscaler_activity()
                 raise PlacementTimeout(
                     f"placement groups not granted within {self.timeout_s:.0f}s:\n"
                     + "\n".join(lines)
                     + f"\ncluster total: {_fmt_resources(total)}; available: {_fmt_resources(available)}.\n"
-                    "Lower the roles' num_cpus/num_gpus or counts, add nodes (an autoscaling cluster "
+                    + (f"{activity}.\n" if activity else "")
+                    + "Lower the roles' num_cpus/num_gpus or counts, add nodes (an autoscaling cluster "
                     "grows on pending groups), or raise run.placement_timeout_s."
                 )
-            if now - last_report > 15:
+            if now - last_report >= self.report_every_s:
                 last_report = now
-                log.info("waiting for placement groups %s (%.0fs left)", list(pending), deadline - now)
+                activity = autoscaler_activity()
+                log.info("waiting for placement groups (%.0fs left):\n%s\ncluster available: %s%s",
+                         deadline - now, "\n".join(lines), _fmt_resources(ray.available_resources()),
+                         f"; {activity}" if activity else "")
 
     def _create_actors(self) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -214,7 +334,8 @@ class ActorGraph:
             log.debug("role %s ready (%d)", name, len(group))
 
     def shutdown(self) -> None:
-        """Kill every actor and remove every placement group this graph created."""
+        """Kill every actor, remove every placement group this graph created and clear its
+        autoscaler request."""
         try:
             import ray
             from ray.util.placement_group import remove_placement_group
@@ -222,6 +343,12 @@ class ActorGraph:
             return
         if not ray.is_initialized():
             return
+        if self._requested:
+            try:
+                _request_resources([])
+            except Exception as e:  # teardown goes on; an autoscaler keeps the request until overridden
+                log.warning("could not clear the autoscaler resource request: %s", e)
+            self._requested = False
         for group in self.groups.values():
             for h in group.handles:
                 try:
@@ -235,6 +362,48 @@ class ActorGraph:
                 pass
         self.groups.clear()
         self.placement_groups.clear()
+
+
+def live_node_types() -> dict[str, dict[str, float]]:
+    """The resources of each node alive now, as node types named ``node <id prefix>``."""
+    import ray
+
+    out = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            res = {k: float(v) for k, v in (node.get("Resources") or {}).items()
+                   if not k.startswith(("node:", "memory", "object_store_memory"))}
+            out[f"node {str(node.get('NodeID', '?'))[:8]}"] = res
+    return out
+
+
+def autoscaler_activity() -> str:
+    """What the autoscaler reports launching, starting or failing to start ("" when no
+    autoscaler status is published, e.g. on a fixed-size cluster)."""
+    try:
+        from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        raw = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
+        report = (json.loads(raw).get("autoscaler_report") or {}) if raw else {}
+    except Exception:  # a private Ray API: its absence only costs the hint
+        return ""
+    if not report:
+        return ""
+    parts = [f"launching {n} {t}" for t, n in (report.get("pending_launches") or {}).items()]
+    starting = report.get("pending_nodes") or []
+    if starting:
+        parts.append(f"{len(starting)} node(s) starting")
+    failed = report.get("failed_nodes") or []
+    if failed:
+        parts.append(f"{len(failed)} node(s) failed to start ({', '.join(sorted({str(f[-1]) for f in failed}))})")
+    return "autoscaler: " + ("; ".join(parts) if parts else "launching nothing")
+
+
+def _request_resources(bundles: list[dict[str, float]]) -> None:
+    from ray.autoscaler.sdk import request_resources
+
+    request_resources(bundles=[dict(b) for b in bundles])
 
 
 def _thread_env(num_cpus: float) -> dict[str, str]:

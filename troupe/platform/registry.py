@@ -28,6 +28,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str, loader: str | None = None) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}  # name -> "module:attr", imported on first get
         # Module that registers the built-in entries; imported on first lookup so that
         # `platform` never imports `algorithms` or `actors` at import time.
         self._loader = loader
@@ -44,6 +45,10 @@ class Registry(Generic[T]):
 
         return _add if obj is None else _add(obj)
 
+    def register_lazy(self, name: str, path: str) -> None:
+        """Register ``name`` as ``"module:attr"`` without importing it until it is asked for."""
+        self._lazy[name] = path
+
     def _ensure_loaded(self) -> None:
         if not self._loaded:
             self._loaded = True
@@ -53,9 +58,13 @@ class Registry(Generic[T]):
         self._ensure_loaded()
         if name in self._items:
             return self._items[name]
+        if name in self._lazy:
+            obj = resolve_import_path(self._lazy[name], what=self.kind)
+            self._items.setdefault(name, obj)
+            return self._items[name]
         if ":" in name:
             return resolve_import_path(name, what=self.kind)
-        known = ", ".join(sorted(self._items)) or "(none)"
+        known = ", ".join(self.names()) or "(none)"
         raise RegistryError(
             f"unknown {self.kind} {name!r}; registered: {known}. "
             f"Register a new one with @{self.kind.upper()}.register(...) or pass 'module:attr'."
@@ -63,11 +72,11 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         self._ensure_loaded()
-        return sorted(self._items)
+        return sorted({*self._items, *self._lazy})
 
     def __contains__(self, name: str) -> bool:
         self._ensure_loaded()
-        return name in self._items
+        return name in self._items or name in self._lazy
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

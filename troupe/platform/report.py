@@ -95,7 +95,7 @@ def write_report(
     """Write ``summary.json``, the plots and ``report.md`` for ``run_dir``."""
     run_dir = Path(run_dir)
     history = read_metrics(run_dir / "metrics.jsonl")
-    plots = plot_metrics(history, run_dir / "plots")
+    plot_metrics(history, run_dir / "plots")
     first, last = first_values(history), last_values(history)
     trained = [r["step"] for r in history if any(k != "step" and not k.startswith("eval/") for k in r)]
     summary = {"algorithm": algorithm, "steps": max(trained, default=-1) + 1,
@@ -111,6 +111,9 @@ def write_report(
         lines.append("")
     for section in sections or []:
         lines += [section.rstrip(), ""]
+    # Every PNG in plots/ (the algorithm's own too) that a section has not already shown.
+    shown = "\n".join(sections or [])
+    plots = [p for p in (run_dir / "plots").glob("*.png") if f"plots/{p.name}" not in shown]
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{p.stem}](plots/{p.name})" for p in sorted(plots, key=lambda p: _plot_order(p.stem))]

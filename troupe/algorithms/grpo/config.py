@@ -30,11 +30,17 @@ class RolloutConfig:
     num_gpus: float = 0.0
     colocate_with_learner: bool = False  # share bundles (and a GPU) with the learner ranks
     gpu_memory_utilization: float = 0.4  # vllm only
+    max_model_len: int | None = None  # vllm only; None: the model's own
+    weight_transport: Literal["object_store", "nccl"] = "object_store"  # nccl: vllm engines on their own GPUs
     sampling: SamplingConfig = dataclasses.field(default_factory=lambda: SamplingConfig(max_new_tokens=8))
     max_restarts: int = 2
 
     def __post_init__(self) -> None:
         check(self.num_engines >= 1, "rollout.num_engines", self.num_engines, "an integer >= 1")
+        if self.weight_transport == "nccl":
+            check(self.backend == "vllm" and not self.colocate_with_learner, "rollout.weight_transport",
+                  self.weight_transport, "'object_store' unless rollout.backend=vllm on GPUs of its own "
+                  "(nccl cannot put two ranks on one GPU)")
 
 
 @dataclasses.dataclass
@@ -81,4 +87,4 @@ class GRPOConfig:
     reference: ReferenceConfig = dataclasses.field(default_factory=ReferenceConfig)
     grpo: GRPOSettings = dataclasses.field(default_factory=GRPOSettings)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(steps=150, eval_every=15, checkpoint_every=50))
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(steps=200, eval_every=20, checkpoint_every=50))
