@@ -46,9 +46,17 @@ def plot_metrics(history: list[dict[str, Any]], plots_dir: Path, groups: dict[st
         drawn = 0
         for k in members:
             xs, ys = series(history, k)
-            if xs:
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=k)
-                drawn += 1
+            if not xs:
+                continue
+            drawn += 1
+            if len(xs) < 30:
+                ax.plot(xs, ys, marker="o", ms=3, label=k)
+                continue
+            # Long noisy curves: the raw series faint, a moving average on top shows the trend.
+            (line,) = ax.plot(xs, ys, alpha=0.25, lw=0.8)
+            w = max(3, len(ys) // 20)
+            smooth = [sum(ys[max(0, i - w + 1): i + 1]) / len(ys[max(0, i - w + 1): i + 1]) for i in range(len(ys))]
+            ax.plot(xs, smooth, color=line.get_color(), lw=1.8, label=f"{k} (mean of {w})")
         if not drawn:
             plt.close(fig)
             continue

@@ -100,14 +100,16 @@ class GRPO(Algorithm):
         evals = [r["eval/accuracy"] for r in history if "eval/accuracy" in r]
         rewards = [r["reward/mean"] for r in history if "reward/mean" in r]
         k = max(1, len(rewards) // 10)
-        return {
+        out = {
             "eval_accuracy_start": evals[0] if evals else None,
             "eval_accuracy_end": evals[-1] if evals else None,
             "eval_accuracy_best": max(evals) if evals else None,
             "train_reward_first10pct": float(np.mean(rewards[:k])) if rewards else None,
             "train_reward_last10pct": float(np.mean(rewards[-k:])) if rewards else None,
-            "model_path": str(getattr(self, "model_path", "")),  # absent when `troupe report` rebuilds
         }
+        if hasattr(self, "model_path"):  # absent when `troupe report` rebuilds from files
+            out["model_path"] = str(self.model_path)
+        return out
 
     def report_sections(self, summary: dict[str, Any]) -> list[str]:
         s = summary
