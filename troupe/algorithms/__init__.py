@@ -6,5 +6,6 @@ from troupe.platform.registry import ALGORITHMS
 for _name, _path in {
     "grpo": "troupe.algorithms.grpo:GRPO",
     "bandit": "troupe.algorithms.bandit.algorithm:BanditAlgorithm",
+    "ivdesign": "troupe.algorithms.ivdesign.algorithm:IVDesign",
 }.items():
     ALGORITHMS.register_lazy(_name, _path)

@@ -1,3 +1,3 @@
 """Environments and datasets; importing this package registers them and their rewards."""
 
-from troupe.envs import arithmetic, datasets, linear_bandit  # noqa: F401
+from troupe.envs import arithmetic, datasets, iv_population, linear_bandit  # noqa: F401
