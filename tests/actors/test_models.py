@@ -53,7 +53,11 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
 
 
 def test_unreachable_hub_id_is_a_clear_error(monkeypatch):
+    import huggingface_hub.constants
+
+    # The hub reads HF_HUB_OFFLINE at import; patch the constant too so no connection is tried.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ConfigError, match="cannot load model"):
         load_causal_lm("some-org/some-model-that-is-not-cached")
 
