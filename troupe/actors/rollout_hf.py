@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from troupe.actors.base import configure_threads
+from troupe.actors.losses import selective_log_softmax
 from troupe.actors.models import load_causal_lm
 from troupe.actors.sampling import SamplingConfig
 from troupe.actors.transport import lora as lora_transport
@@ -75,9 +76,10 @@ class HFRolloutEngine:
         P = enc["input_ids"].shape[1]
         completion = out.sequences[:, P:]
         logits = torch.stack(out.logits, 1).float()  # raw logits, [B, C, V]
+        # In place and gather − logsumexp: no scaled copy and no full log-softmax, each as large as the logits.
         if not greedy:
-            logits = logits / sampling.temperature
-        logprobs = torch.log_softmax(logits, -1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+            logits.div_(sampling.temperature)
+        logprobs = selective_log_softmax(logits, completion)
         mask = completion_mask(completion, tok.eos_token_id, tok.pad_token_id)
         texts = self._decode(completion, mask, sampling.stop)
         n_tokens = int(mask.sum())

@@ -172,14 +172,20 @@ class PolicyGraph:
         import ray
 
         engines = self.graph["rollout"]
-        deadline = time.monotonic() + engines.timeout_s
+        # A restart first waits for resources (a lost node may have to come back), then runs
+        # the constructor: the placement timeout plus the call timeout bound it.
+        patience = self.graph.timeout_s + engines.timeout_s
+        deadline = time.monotonic() + patience
         while True:
             try:
                 ray.get(engines[i].get_version.remote(), timeout=10)
                 break
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 if time.monotonic() > deadline:
-                    raise RemoteCallError(f"rollout engine {i} did not come back within {engines.timeout_s:.0f}s") from None
+                    raise RemoteCallError(
+                        f"rollout engine {i} did not come back within {patience:.0f}s (run.placement_timeout_s "
+                        "+ run.call_timeout_s): its node may be gone with no other node able to host it"
+                    ) from None
                 time.sleep(0.5)
         if self.nccl:
             # A restarted engine lost its group: rebuild it, then send the weights it missed.

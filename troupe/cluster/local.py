@@ -19,12 +19,23 @@ ended by pid. ``ray stop`` is never used: it ends every Ray process of the user,
 private ``ray.init(address="local")`` cluster in the same test run. Its own temp dir also
 keeps ``ray_current_cluster`` away from ``/tmp/ray``, so ``ray.init()`` elsewhere does not
 find this cluster by accident.
+
+With ``autoscaling_config`` the head also runs an autoscaler. `fake_autoscaling_config` builds
+one for Ray's fake multi-node provider, which adds and removes worker nodes as processes on
+this machine (they may advertise GPUs or custom resources the machine lacks)::
+
+    config = fake_autoscaling_config({"CPU": 2}, {"gpu_worker": {"CPU": 1, "GPU": 1}})
+    with LocalCluster(num_cpus=2, autoscaling_config=config) as cluster:
+        ...  # a placement group asking for a GPU makes the autoscaler add a gpu_worker
+
+Those nodes are children of the head's processes, so `stop` ends them too.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import json
 import os
 import secrets
@@ -39,12 +50,14 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from troupe.platform.errors import TroupeError
 
 # Variables a parent may carry that would point the cluster or its clients somewhere else:
 # RAY_AUTH_TOKEN outranks RAY_AUTH_TOKEN_PATH, RAY_ADDRESS redirects drivers.
 _INHERITED_RAY_VARS_TO_DROP = ("RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
+FAKE_PROVIDER = "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider"
 _PORT_FLAGS = (
     "--port",
     "--dashboard-port",
@@ -76,6 +89,8 @@ class LocalCluster:
         env: extra environment for the head and hence for every job driver it starts.
         keep_logs: keep the temp dir (Ray's session logs) after exit; the token is removed anyway.
         attempts: start attempts; a port taken between choosing and binding it fails an attempt.
+        autoscaling_config: a cluster-launcher config (a mapping) for the head's autoscaler,
+            e.g. from `fake_autoscaling_config`; the fake provider's ``gcs_address`` is filled in.
 
     After `start` (or ``with``): ``address`` is the job API (``http://127.0.0.1:PORT``),
     ``gcs_address`` is ``host:port`` of the GCS, ``token_path`` the token file, ``temp_dir``
@@ -94,6 +109,7 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
         keep_logs: bool = False,
         attempts: int = 2,
+        autoscaling_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
@@ -103,6 +119,7 @@ class LocalCluster:
         self.stop_timeout_s = stop_timeout_s
         self.extra_env = dict(env or {})
         self.keep_logs = keep_logs
+        self.autoscaling_config = copy.deepcopy(dict(autoscaling_config)) if autoscaling_config else None
         self.attempts = max(1, attempts)
         self.address = ""
         self.gcs_address = ""
@@ -171,14 +188,31 @@ class LocalCluster:
             cmd.append(f"--resources={json.dumps(self.resources)}")
         if self.object_store_memory is not None:
             cmd.append(f"--object-store-memory={int(self.object_store_memory)}")
+        env = self._head_env()
+        if self.autoscaling_config is not None:
+            cmd.append(f"--autoscaling-config={self._write_autoscaling_config(attempt, ports['--port'])}")
+            if self.autoscaling_config["provider"].get("module") == FAKE_PROVIDER:
+                env["RAY_FAKE_CLUSTER"] = "1"  # the fake provider refuses to start without it
+                env.setdefault("AUTOSCALER_UPDATE_INTERVAL_S", "1")
         with open(self.log_path, "wb") as log:
             # A session of its own: a Ctrl-C in the terminal reaches the test, which then stops
             # the cluster in order, instead of killing Ray processes half-way.
             self._proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self._head_env(), start_new_session=True,
+                env=env, start_new_session=True,
             )
         self._wait_ready()
+
+    def _write_autoscaling_config(self, attempt: int, gcs_port: int) -> Path:
+        assert self.root is not None and self.autoscaling_config is not None
+        config = copy.deepcopy(self.autoscaling_config)
+        provider = config.setdefault("provider", {})
+        if provider.get("module") == FAKE_PROVIDER:
+            # Its nodes join the GCS at this address (by default port 6379, not ours).
+            provider["gcs_address"] = f"127.0.0.1:{gcs_port}"
+        path = self.root / f"autoscaling-{attempt}.yaml"
+        path.write_text(json.dumps(config, indent=1))  # JSON is YAML
+        return path
 
     def _head_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _INHERITED_RAY_VARS_TO_DROP}
@@ -315,6 +349,56 @@ class LocalCluster:
             return "(no ray start log)"
         text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
         return f"--- last lines of {self.log_path} ---\n" + "\n".join(text)
+
+
+def fake_autoscaling_config(
+    head_resources: Mapping[str, float],
+    worker_types: Mapping[str, Mapping[str, float]],
+    *,
+    max_workers: int = 1,
+    idle_timeout_s: float = 5.0,
+    worker_object_store_memory: int = 128 * 1024**2,
+) -> dict[str, Any]:
+    """A cluster-launcher config for Ray's fake multi-node provider, for `LocalCluster`.
+
+    ``worker_types`` maps a node type to what one node of it advertises (``{"CPU": 1, "GPU":
+    1}``: fake GPUs are fine); each type scales from zero to ``max_workers`` nodes, and a node
+    idle for ``idle_timeout_s`` is removed. Pass the head's ``num_cpus`` to `LocalCluster` as
+    well: the head advertises what ``ray start`` gives it, the config only describes it.
+    """
+    types: dict[str, Any] = {
+        "ray.head.default": {"resources": dict(head_resources), "node_config": {}, "max_workers": 0},
+    }
+    for name, resources in worker_types.items():
+        # The fake provider takes a node's object store size from its resources.
+        res = {**resources, "object_store_memory": worker_object_store_memory}
+        types[name] = {"resources": res, "node_config": {}, "min_workers": 0, "max_workers": max_workers}
+    return {
+        "cluster_name": "troupe-fake",
+        "max_workers": max_workers * len(worker_types),
+        "upscaling_speed": 1.0,
+        "idle_timeout_minutes": idle_timeout_s / 60,
+        # A fake node is up once its processes run: no updater may set it up over SSH (the
+        # provider's tags are read-only, so an updater fails and ends the node as "launch
+        # failed"), and no liveness check may end it for a first heartbeat over 30 s late, as
+        # it often is on a loaded machine. Every node has this machine's IP, so the autoscaler
+        # must tell nodes (and so their idle time) apart by node id, as the provider does.
+        "provider": {"type": "external", "module": FAKE_PROVIDER, "disable_node_updaters": True,
+                     "worker_liveness_check": False, "use_node_id_as_ip": True},
+        "head_node_type": "ray.head.default",
+        "available_node_types": types,
+        "auth": {"ssh_user": "ubuntu"},
+        "docker": {},
+        "file_mounts": {},
+        "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False,
+        "initialization_commands": [],
+        "setup_commands": [],
+        "head_setup_commands": [],
+        "worker_setup_commands": [],
+        "head_start_ray_commands": [],
+        "worker_start_ray_commands": [],
+    }
 
 
 def free_ports(n: int) -> list[int]:

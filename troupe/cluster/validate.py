@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from troupe.platform.errors import ConfigError
+from troupe.platform.placement import bundle_misfit as _no_fit_reason  # the same fit rule as at run time
 
 CONFIGS_DIR = Path(__file__).parent / "configs"
 KUBERAY_DIR = Path(__file__).parent / "kuberay"
@@ -527,22 +528,6 @@ def infeasible_bundles(
         if reason:
             found.append(InfeasibleBundle(None, total, reason))
     return found
-
-
-def _no_fit_reason(bundle: Mapping[str, float], types: Mapping[str, Mapping[str, float]]) -> str | None:
-    eps = 1e-9  # fractional shares summed in floating point
-    if any(all(res.get(k, 0.0) + eps >= v for k, v in bundle.items()) for res in types.values()):
-        return None
-    short = []
-    for k, v in bundle.items():
-        best_name, best = max(((n, r.get(k, 0.0)) for n, r in types.items()), key=lambda t: t[1])
-        if best + eps < v:
-            offer = f"{_fmt_amount(best)} ({best_name})" if best > 0 else "none"
-            short.append(f"{k}: {_fmt_amount(v)} needed, the most any node type offers is {offer}")
-    if short:
-        return "; ".join(short)
-    return "no single node type offers all of it at once (" + ", ".join(
-        f"{n} has {_fmt_resources(r)}" for n, r in types.items()) + ")"
 
 
 def check_bundles(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -143,15 +144,30 @@ class Batch:
 
     # -- pickling: plain dicts keep it cheap through the object store ----------
     def __getstate__(self) -> tuple:
-        return (self.tensors, self.objects, self.meta)
+        # CPU tensors travel as numpy arrays: the object store takes those out of band in one
+        # copy, while a pickled torch tensor goes through torch.save, several times slower.
+        return ({k: _to_numpy(v) for k, v in self.tensors.items()}, self.objects, self.meta)
 
     def __setstate__(self, state: tuple) -> None:
-        self.tensors, self.objects, self.meta = state
+        tensors, self.objects, self.meta = state
+        # A copy: arrays read from the object store are read-only views of shared memory.
+        self.tensors = {k: torch.from_numpy(v.copy()) if isinstance(v, np.ndarray) else v
+                        for k, v in tensors.items()}
 
     def __repr__(self) -> str:
         t = ", ".join(f"{k}{tuple(v.shape)}" for k, v in self.tensors.items())
         o = ", ".join(self.objects)
         return f"Batch(n={len(self)}, tensors=[{t}], objects=[{o}])"
+
+
+def _to_numpy(t: torch.Tensor) -> torch.Tensor | np.ndarray:
+    """``t`` as a numpy array where that is exact (a CPU tensor of a dtype numpy has, no autograd)."""
+    if t.device.type != "cpu" or t.requires_grad:
+        return t
+    try:
+        return t.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16, float8, ...): torch pickles it
+        return t
 
 
 def pad_right(x: torch.Tensor, width: int, value: float = 0) -> torch.Tensor:

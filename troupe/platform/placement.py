@@ -408,7 +408,10 @@ def _request_resources(bundles: list[dict[str, float]]) -> None:
 
 def _thread_env(num_cpus: float) -> dict[str, str]:
     n = str(torch_threads_for(num_cpus))
-    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "TROUPE_TORCH_THREADS": n, "TOKENIZERS_PARALLELISM": "false"}
+    # Ray starts workers at nice 15; a role's actors are the run's compute, so they run at normal
+    # priority (as Ray does for a job's driver), or any other busy process on the node starves them.
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "TROUPE_TORCH_THREADS": n, "TOKENIZERS_PARALLELISM": "false",
+            "RAY_worker_niceness": "0"}
 
 
 def _as_remote(cls: type) -> Any:

@@ -1,0 +1,299 @@
+"""Benchmark: troupe's GRPO step vs the sequential in-process limit and vs TRL's GRPOTrainer.
+
+Same model, tokenizer, batch (8 prompts × group 8), exactly 32 sampled tokens, float32, one
+torch thread per process, no KL term. Arms, timed interleaved (one step of each per round):
+
+- ``troupe``: ``troupe.Run("grpo").step()`` — rollout actor → reward actor → learner actor →
+  weight sync to the engine; timed around the call, and split by the step's own
+  ``time/*`` metrics;
+- ``limit``: in this process, one ``generate``, the reward and advantages, one raw torch update
+  on the same batch (on-policy, so π_old needs no extra pass);
+- ``trl``: ``trl.GRPOTrainer`` on CPU (``use_vllm=False``, ``beta=0``, ``loss_type="grpo"``,
+  gradient checkpointing and bf16 off, as troupe runs), one optimizer step per generation;
+  a trainer callback times each step, from its start (before generation) to its end (after
+  the optimizer step), and runs the other two arms between TRL's steps.
+
+Goals: troupe ≤ 1.10 × limit, troupe faster than TRL, and under 10% of troupe's step outside
+generation, scoring and update (1 − (generate + reward + update) / step). Then reward curves:
+GRPO on the SFT-trained default model (the task's own 8-token sampling), 3 seeds × 30 steps.
+Writes ``benchmarks/results/grpo.json`` and ``benchmarks/results/grpo_reward_curves.png``.
+
+    python benchmarks/grpo.py
+    python benchmarks/grpo.py --sizes 150k --repeats 3 --curve-steps 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+
+REPEATS = {"150k": 15, "4M": 5}  # timed rounds per size: more where a round is short
+LIMIT_GOAL = 1.10
+OUTSIDE_GOAL = 0.10
+LR = 5e-4  # troupe's learner default, used by every arm
+
+
+def troupe_overrides(model_path: str | None, out: str, seed: int = 0, steps: int = 10_000) -> list[str]:
+    """A GRPO run of 8 prompts × 8 on ``model_path`` (None: the default SFT model and sampling)."""
+    o = [f"run.out={out}", f"run.seed={seed}", f"run.steps={steps}", "run.eval_every=0", "run.checkpoint_every=0",
+         "run.progress=false", f"grpo.prompts_per_step={common.PROMPTS_PER_STEP}",
+         f"grpo.group_size={common.GROUP_SIZE}", f"learner.lr={LR}"]
+    if model_path is not None:
+        o += [f"model.path={model_path}", "model.sft.steps=0", f"rollout.sampling.max_new_tokens={common.NEW_TOKENS}",
+              "rollout.sampling.temperature=1.0"]
+    return o
+
+
+class InProcessGRPO:
+    """The sequential limit: one model in this process does a GRPO step with no Ray at all."""
+
+    def __init__(self, model_path: str) -> None:
+        self.model, self.tokenizer = common.load_model(model_path)
+        self.optimizer = common.adamw(self.model, lr=LR)
+        self.sampling = common.sampling()
+        self.parts: list[dict[str, float]] = []  # per step: generate_s, reward_s, update_s
+
+    def step(self, i: int) -> float:
+        """One step on fresh prompts; returns its seconds."""
+        import torch
+
+        from troupe.actors.rollout_hf import completion_mask
+        from troupe.algorithms.advantages import grpo_advantage
+        from troupe.envs.arithmetic import arithmetic_exact
+
+        t = time.perf_counter()
+        rows = common.bench_rows(seed=1000 + i)
+        prompts, rep = common.grouped_prompts(rows)
+        enc = common.encode_prompts(self.tokenizer, prompts)
+        self.model.eval()
+        seqs = common.raw_generate(self.model, self.tokenizer, enc, self.sampling)
+        t1 = time.perf_counter()
+        completion = seqs[:, enc["input_ids"].shape[1]:]
+        cmask = completion_mask(completion, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
+        texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
+        rewards = torch.tensor([arithmetic_exact(c, r["answer"]) for c, r in zip(texts, rep, strict=True)])
+        groups = torch.arange(len(rows)).repeat_interleave(common.GROUP_SIZE)
+        advantages = grpo_advantage(rewards, groups)
+        t2 = time.perf_counter()
+        self.model.train()
+        batch = {"prompt_ids": enc["input_ids"], "prompt_mask": enc["attention_mask"], "completion_ids": completion,
+                 "completion_mask": cmask}
+        common.raw_update(self.model, self.optimizer, batch, advantages)
+        t3 = time.perf_counter()
+        self.parts.append({"generate_s": t1 - t, "reward_s": t2 - t1, "update_s": t3 - t2})
+        return t3 - t
+
+
+def trl_trainer(model_path: str, out: str, steps: int, callback: Any) -> Any:
+    """TRL's GRPOTrainer configured like troupe's run (see the module docstring)."""
+    from datasets import Dataset
+    from transformers.utils import logging as hf_logging
+    from trl import GRPOConfig, GRPOTrainer
+
+    from troupe.envs.arithmetic import arithmetic_exact
+
+    hf_logging.set_verbosity_error()
+    model, tokenizer = common.load_model(model_path)
+    rows = [r for i in range(steps) for r in common.bench_rows(seed=1000 + i)]
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]}
+                              for r in rows])
+
+    def exact(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
+        texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+        return [arithmetic_exact(t, a) for t, a in zip(texts, answer, strict=True)]
+
+    args = GRPOConfig(
+        output_dir=out, max_steps=steps, per_device_train_batch_size=common.PROMPTS_PER_STEP * common.GROUP_SIZE,
+        num_generations=common.GROUP_SIZE, max_completion_length=common.NEW_TOKENS, temperature=1.0, top_p=1.0,
+        top_k=0, generation_kwargs={"min_new_tokens": common.NEW_TOKENS, "suppress_tokens": [tokenizer.pad_token_id]},
+        learning_rate=LR, adam_beta2=0.99, weight_decay=0.0, lr_scheduler_type="constant", warmup_steps=0,
+        max_grad_norm=1.0, beta=0.0, epsilon=0.2, loss_type="grpo", scale_rewards="group", num_iterations=1,
+        use_vllm=False, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        logging_steps=10**6, save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
+        dataloader_num_workers=0, log_completions=False,
+    )
+    return GRPOTrainer(model=model, reward_funcs=exact, args=args, train_dataset=data, processing_class=tokenizer,
+                       callbacks=[callback])
+
+
+def step_timer(between: Any) -> Any:
+    """A trainer callback that times each optimizer step and calls ``between()`` after it."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+            self._t = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._t = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.seconds.append(time.perf_counter() - self._t)
+            between()
+
+    return StepTimer()
+
+
+def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str) -> dict[str, Any]:
+    """The three arms on one model size."""
+    import torch
+
+    from troupe.platform.driver import Run  # what `troupe.Run` resolves to
+
+    threads = torch.get_num_threads()
+    limit = InProcessGRPO(model.path)
+    troupe_wall: list[float] = []
+    troupe_metrics: list[dict[str, Any]] = []
+    limit_s: list[float] = []
+    with Run("grpo", overrides=troupe_overrides(model.path, f"{tmp}/runs")) as run:
+        rounds = iter(range(10**6))
+
+        def troupe_step() -> None:
+            t = time.perf_counter()
+            m = run.step()
+            troupe_wall.append(time.perf_counter() - t)
+            troupe_metrics.append(m)
+
+        def limit_step() -> None:
+            limit_s.append(limit.step(len(limit_s)))
+
+        def between() -> None:
+            # The other two arms, in an order that alternates from one round to the next.
+            r = next(rounds)
+            for arm in (troupe_step, limit_step) if r % 2 == 0 else (limit_step, troupe_step):
+                arm()
+            label = "warmup" if r < warmup else f"round {r + 1 - warmup}/{repeats}"
+            print(f"  {label}: trl {timer.seconds[-1]:.3f}s, troupe {troupe_wall[-1]:.3f}s, "
+                  f"limit {limit_s[-1]:.3f}s", flush=True)
+
+        timer = step_timer(between)
+        trainer = trl_trainer(model.path, f"{tmp}/trl", warmup + repeats, timer)
+        trainer.train()
+        if torch.get_num_threads() != threads:
+            raise RuntimeError(f"torch threads changed from {threads} to {torch.get_num_threads()} during the run")
+        engine_threads = run.graph["rollout"].call("info")[0]["threads"]
+    keep = slice(warmup, None)
+    m = troupe_metrics[keep]
+    parts = {k: common.stats([x[f"time/{k}"] for x in m]) for k in ("generate_s", "reward_s", "update_s", "sync_s",
+                                                                      "step_s")}
+    outside = [1 - (x["time/generate_s"] + x["time/reward_s"] + x["time/update_s"]) / x["time/step_s"] for x in m]
+    outside_wall = [1 - (x["time/generate_s"] + x["time/reward_s"] + x["time/update_s"]) / w
+                    for x, w in zip(m, troupe_wall[keep], strict=True)]
+    s = {"troupe": common.stats(troupe_wall[keep]), "limit": common.stats(limit_s[keep]),
+         "trl": common.stats(timer.seconds[keep])}
+    vs_limit = common.ratio(s["troupe"], s["limit"])
+    vs_trl = common.ratio(s["troupe"], s["trl"])
+    out_share = statistics.median(outside)
+    return {
+        "parameters": model.parameters,
+        "threads": {"driver": threads, "rollout_engine": engine_threads},
+        "seconds_per_step": s,
+        "troupe_step_parts": parts,
+        "limit_step_parts": {k: common.stats([x[k] for x in limit.parts[keep]]) for k in limit.parts[0]},
+        "outside_share": common.stats(outside),
+        "outside_share_of_wall": common.stats(outside_wall),
+        "ratio_troupe_vs_limit": vs_limit,
+        "ratio_troupe_vs_trl": vs_trl,
+        "paired_ratio_troupe_vs_limit": common.paired_ratio(troupe_wall[keep], limit_s[keep]),
+        "paired_ratio_troupe_vs_trl": common.paired_ratio(troupe_wall[keep], timer.seconds[keep]),
+        "goals": {f"troupe <= {LIMIT_GOAL} x limit": vs_limit <= LIMIT_GOAL, "troupe faster than trl": vs_trl < 1,
+                  f"outside share < {OUTSIDE_GOAL}": out_share < OUTSIDE_GOAL},
+    }
+
+
+def reward_curves(seeds: list[int], steps: int, tmp: str) -> dict[str, Any]:
+    """reward/mean per step of short GRPO runs (default SFT model and sampling), one per seed."""
+    from troupe.platform.driver import Run  # what `troupe.Run` resolves to
+
+    curves = {}
+    for seed in seeds:
+        t = time.perf_counter()
+        with Run("grpo", overrides=troupe_overrides(None, f"{tmp}/curves", seed=seed, steps=steps)) as run:
+            curve = [float(run.step()["reward/mean"]) for _ in range(steps)]
+        curves[str(seed)] = curve
+        print(f"  seed {seed}: reward {curve[0]:.3f} → {curve[-1]:.3f} ({time.perf_counter() - t:.0f}s)", flush=True)
+    k = max(1, steps // 10)
+    return {"steps": steps, "reward_mean_per_step": curves,
+            "first_10pct": {s: statistics.mean(c[:k]) for s, c in curves.items()},
+            "last_10pct": {s: statistics.mean(c[-k:]) for s, c in curves.items()}}
+
+
+def plot_curves(curves: dict[str, list[float]], path: Path) -> None:
+    """One line per seed and their mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for seed, c in curves.items():
+        ax.plot(range(len(c)), c, alpha=0.6, label=f"seed {seed}")
+    mean = [statistics.mean(v) for v in zip(*curves.values(), strict=True)]
+    ax.plot(range(len(mean)), mean, color="black", linewidth=2, label="mean")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("reward/mean")
+    ax.set_title("troupe GRPO, SFT-trained 150k model, 8 prompts × 8")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def repeats_for(size: str, override: int | None) -> int:
+    """Timed rounds at ``size``: ``--repeats`` if given, else `REPEATS`."""
+    return override if override is not None else REPEATS[size]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", default=["150k", "4M"], choices=["150k", "4M"])
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="timed rounds per size (default: 15 at 150k, 5 at 4M, where a round is longer)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--curve-steps", type=int, default=30)
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    common.set_threads(1)  # every troupe actor here gets one thread (num_cpus <= 1)
+    common.init_ray()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
+        models = common.build_models(tmp, args.sizes)
+        for name in args.sizes:
+            print(f"grpo, {name} ({models[name].parameters:,} parameters)", flush=True)
+            results[name] = bench_size(models[name], repeats_for(name, args.repeats), args.warmup, tmp)
+        print(f"reward curves, seeds {args.seeds}", flush=True)
+        curves = reward_curves(args.seeds, args.curve_steps, tmp) if args.curve_steps else None
+    if curves:
+        plot_curves(curves["reward_mean_per_step"], common.RESULTS / "grpo_reward_curves.png")
+    rows = []
+    for name, r in results.items():
+        s, g = r["seconds_per_step"], r["goals"]
+        rows.append([name, f"{r['parameters']:,}", s["troupe"]["n"], common.fmt_stats(s["troupe"]),
+                     common.fmt_stats(s["limit"]), common.fmt_stats(s["trl"]), f"{r['ratio_troupe_vs_limit']:.3f}",
+                     f"{r['ratio_troupe_vs_trl']:.3f}", f"{r['outside_share']['median']:.1%}",
+                     "/".join("yes" if v else "no" for v in g.values())])
+    common.print_table(
+        f"GRPO seconds per step, median [min–max] over n rounds; {common.PROMPTS_PER_STEP}×{common.GROUP_SIZE} "
+        f"rows, {common.NEW_TOKENS} tokens, 1 thread per process",
+        ["size", "params", "n", "troupe", "limit", "TRL", "troupe/limit", "troupe/TRL", "outside",
+         f"goals ≤{LIMIT_GOAL}/<TRL/<{OUTSIDE_GOAL:.0%}"], rows)
+    if curves:
+        print("reward curves (first → last 10% of steps):",
+              {s: f"{curves['first_10pct'][s]:.3f} → {curves['last_10pct'][s]:.3f}" for s in curves["first_10pct"]})
+    common.write_result("grpo", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
+                                 "sizes": results, "reward_curves": curves})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
