@@ -16,7 +16,7 @@ import torch
 from troupe.actors.base import configure_threads
 from troupe.actors.losses import selective_log_softmax
 from troupe.actors.models import load_causal_lm
-from troupe.actors.sampling import SamplingConfig
+from troupe.actors.sampling import SamplingConfig, chat_format, sampling_and_rows
 from troupe.actors.transport import lora as lora_transport
 from troupe.actors.transport import object_store
 from troupe.actors.transport.base import WeightUpdate
@@ -37,22 +37,13 @@ class HFRolloutEngine:
         self.version = 0
 
     def format_prompts(self, prompts: list[str]) -> list[str]:
-        if not self.chat or self.tokenizer.chat_template is None:
-            return list(prompts)
-        return [
-            self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                               add_generation_prompt=True)
-            for p in prompts
-        ]
+        return chat_format(self.tokenizer, prompts, self.chat)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
                  seed: int | None = None) -> Batch:
         """Sample one completion per prompt (repeat a prompt G times for a group)."""
-        if isinstance(sampling, dict):
-            sampling = SamplingConfig(**sampling)
-        if rows is not None and len(rows) != len(prompts):
-            raise ValueError(f"generate: {len(rows)} rows for {len(prompts)} prompts")
+        sampling = sampling_and_rows(sampling, prompts, rows)
         t0 = time.perf_counter()
         tok = self.tokenizer
         enc = tok(self.format_prompts(prompts), return_tensors="pt", padding=True, add_special_tokens=False)

@@ -57,7 +57,7 @@ import torch
 
 from troupe.actors.base import configure_threads
 from troupe.actors.models import load_tokenizer
-from troupe.actors.sampling import SamplingConfig
+from troupe.actors.sampling import SamplingConfig, chat_format, sampling_and_rows  # noqa: F401  (chat_format: part of this module's API)
 from troupe.actors.transport import nccl
 from troupe.actors.transport.base import WeightUpdate, unpack_state_dict
 from troupe.platform.batch import Batch
@@ -122,14 +122,6 @@ def sampling_kwargs(sampling: SamplingConfig, n: int, seed: int | None, eos_id: 
                             "max_tokens": sampling.max_new_tokens, "logprobs": 0, "detokenize": False,
                             "stop_token_ids": [] if eos_id is None else [eos_id]}
     return [{**base, "seed": s} for s in row_seeds(seed, n)]
-
-
-def chat_format(tokenizer: Any, prompts: Sequence[str], chat: bool = True) -> list[str]:
-    """The prompts as the model sees them (the tokenizer's chat template, as in the hf engine)."""
-    if not chat or tokenizer.chat_template is None:
-        return list(prompts)
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-            for p in prompts]
 
 
 def encode_prompts(tokenizer: Any, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
@@ -282,10 +274,7 @@ class VLLMRolloutEngine:
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
                  seed: int | None = None) -> Batch:
         """Sample one completion per prompt (repeat a prompt G times for a group)."""
-        if isinstance(sampling, dict):
-            sampling = SamplingConfig(**sampling)
-        if rows is not None and len(rows) != len(prompts):
-            raise ValueError(f"generate: {len(rows)} rows for {len(prompts)} prompts")
+        sampling = sampling_and_rows(sampling, prompts, rows)
         t0 = time.perf_counter()
         tok = self.tokenizer
         prompt_ids, prompt_mask, unpadded = encode_prompts(tok, chat_format(tok, prompts, self.chat))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 from troupe.platform.config import check
 
@@ -21,3 +23,19 @@ class SamplingConfig:
 
     def greedy(self) -> SamplingConfig:
         return dataclasses.replace(self, temperature=0.0)
+
+
+def sampling_and_rows(sampling: SamplingConfig | dict, prompts: Sequence[str],
+                      rows: Sequence[dict] | None) -> SamplingConfig:
+    """The checks every backend's ``generate`` starts with; returns the sampling config."""
+    if rows is not None and len(rows) != len(prompts):
+        raise ValueError(f"generate: {len(rows)} rows for {len(prompts)} prompts")
+    return SamplingConfig(**sampling) if isinstance(sampling, dict) else sampling
+
+
+def chat_format(tokenizer: Any, prompts: Sequence[str], chat: bool = True) -> list[str]:
+    """The prompts as the model sees them: one user turn in the tokenizer's chat template."""
+    if not chat or tokenizer.chat_template is None:
+        return list(prompts)
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts]
