@@ -63,3 +63,10 @@ def test_pickle_roundtrip():
     b.meta["version"] = 3
     c = pickle.loads(pickle.dumps(b))
     assert torch.equal(c["ids"], b["ids"]) and c["text"] == b["text"] and c.meta["version"] == 3
+
+
+def test_concat_pads_letter_logprobs_with_minus_infinity():
+    a = Batch({"option_logprobs": torch.zeros(1, 2)})
+    b = Batch({"option_logprobs": torch.zeros(1, 3)})
+    out = Batch.concat([a, b])["option_logprobs"]
+    assert out.shape == (2, 3) and out[0, 2] == float("-inf") and out[1, 2] == 0

@@ -21,13 +21,22 @@ def completion_forward(
     model: Any, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, top_k: int = 0,
 ) -> dict[str, torch.Tensor]:
     """Log-probs ``[B, C]`` of ``completion_ids`` given ``prompt_ids`` (and, on request, the
-    entropy and the top-k log-prob distribution at every completion position)."""
+    entropy and the top-k log-prob distribution at every completion position). A batch with
+    ``pixel_values_videos``/``video_grid_thw`` (see `troupe.actors.vision`) feeds its videos too."""
     batch.require("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", who="completion_forward")
     p_ids, p_mask = batch["prompt_ids"], batch["prompt_mask"]
     c_ids, c_mask = batch["completion_ids"], batch["completion_mask"]
     input_ids = torch.cat([p_ids, c_ids], 1)
     attn = torch.cat([p_mask, c_mask], 1)
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=positions_from_mask(attn), use_cache=False)
+    extra = {}
+    if "video_grid_thw" in batch:
+        from troupe.actors.vision import video_inputs
+
+        config = getattr(model, "module", model).config  # DDP hides the config
+        extra = video_inputs(config, input_ids, batch["pixel_values_videos"], batch["video_grid_thw"])
+    if not extra:  # text only: positions skip the left padding, as generate numbers them
+        extra = {"position_ids": positions_from_mask(attn)}
+    out = model(input_ids=input_ids, attention_mask=attn, use_cache=False, **extra)
     P = p_ids.shape[1]
     logits = out.logits[:, P - 1 : -1].float()
     if temperature and temperature != 1.0:

@@ -1,14 +1,15 @@
 """Models without a network: a tiny Qwen2-style causal LM built from a config, a tokenizer
 trained locally, and one loader for those, a hub id or a local path.
 
-The embedded default names its model ``tiny``; any other string is a hub id or a local
-directory and goes to ``transformers`` unchanged.
+The embedded default names its model ``tiny`` (``tiny-vl``, in `vision`, adds a vision tower);
+any other string is a hub id or a local directory and goes to ``transformers`` unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,9 @@ class TinyLMSpec:
             raise ConfigError(f"model.tiny.num_heads={self.num_heads} must be divisible by num_kv_heads={self.num_kv_heads}")
 
 
-def train_tokenizer(corpus: list[str], vocab_size: int = 384) -> Any:
-    """A byte-level BPE tokenizer trained on ``corpus``, digits kept one per token, with a chat template."""
+def train_tokenizer(corpus: list[str], vocab_size: int = 384, special_tokens: Sequence[str] = ()) -> Any:
+    """A byte-level BPE tokenizer trained on ``corpus``, digits kept one per token, with a chat
+    template; ``special_tokens`` (e.g. a VL model's vision tokens) follow the chat ones."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -55,7 +57,7 @@ def train_tokenizer(corpus: list[str], vocab_size: int = 384) -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=[PAD, IM_START, IM_END],
+        special_tokens=[PAD, IM_START, IM_END, *special_tokens],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -132,7 +134,7 @@ def load_tokenizer(name_or_path: str) -> Any:
 def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a local directory or a hub id, with errors that say what to fix."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     _quiet_transformers()
     path = Path(name_or_path).expanduser()
@@ -148,7 +150,12 @@ def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu
         raise ConfigError(f"model.dtype={dtype!r}: expected float32, bfloat16 or float16")
     try:
         tok = load_tokenizer(name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(str(path) if path.exists() else name_or_path, dtype=torch_dtype)
+        where = str(path) if path.exists() else name_or_path
+        config = AutoConfig.from_pretrained(where)
+        # A vision-language checkpoint (e.g. qwen2_5_vl) is no AutoModelForCausalLM; its class
+        # still maps (ids, mask, [video]) to next-token logits, so callers treat both alike.
+        auto = AutoModelForImageTextToText if getattr(config, "vision_config", None) else AutoModelForCausalLM
+        model = auto.from_pretrained(where, config=config, dtype=torch_dtype)
     except OSError as e:
         raise ConfigError(
             f"cannot load model {name_or_path!r}: {e}. Without a network, point model.path at a local "

@@ -2,7 +2,8 @@
 
 ``generate(prompts, sampling) → Batch`` with prompt and completion token ids, masks, the
 per-token log-probs of the sampled tokens under the sampling distribution, and texts;
-``load_weights(update)`` swaps in a learner's published weights by version.
+``load_weights(update)`` swaps in a learner's published weights by version. A vision-language
+model also takes each row's ``"frames"`` (see `troupe.actors.vision`).
 """
 
 from __future__ import annotations
@@ -11,16 +12,25 @@ import dataclasses
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from troupe.actors.base import configure_threads
 from troupe.actors.losses import selective_log_softmax
 from troupe.actors.models import load_causal_lm
-from troupe.actors.sampling import SamplingConfig, chat_format, sampling_and_rows
+from troupe.actors.sampling import (
+    SamplingConfig,
+    chat_format,
+    check_option_letters,
+    letter_token_id,
+    sampling_and_rows,
+)
 from troupe.actors.transport import lora as lora_transport
 from troupe.actors.transport import object_store
 from troupe.actors.transport.base import WeightUpdate
+from troupe.actors.vision import VideoLayout, is_vision_model, video_inputs, video_prompts
 from troupe.platform.batch import Batch
+from troupe.platform.errors import ConfigError
 
 
 class HFRolloutEngine:
@@ -32,6 +42,7 @@ class HFRolloutEngine:
         self.device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         self.model, self.tokenizer = load_causal_lm(model_path, dtype, self.device)
         self.model.eval()
+        self.video_layout = VideoLayout.of(self.model.config, model_path) if is_vision_model(self.model.config) else None
         self.chat = chat
         self.seed = seed
         self.version = 0
@@ -41,13 +52,30 @@ class HFRolloutEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
-                 seed: int | None = None) -> Batch:
-        """Sample one completion per prompt (repeat a prompt G times for a group)."""
+                 seed: int | None = None, option_letters: list[str] | None = None) -> Batch:
+        """Sample one completion per prompt (repeat a prompt G times for a group).
+
+        With ``option_letters`` (one string of letters per prompt, e.g. ``"ABCD"``) the Batch
+        also holds ``option_logprobs`` ``[B, max letters]``: the policy's log-probs (temperature
+        1, before any sampling transform) of each letter as the first completion token, padded
+        with -inf. Multiple-choice rewards read answer confidences from it at no extra cost.
+
+        On a vision-language model a row's ``"frames"`` (``uint8 [F, H, W, 3]``) is a video shown
+        before the prompt's text; the Batch then also holds ``pixel_values_videos`` ``[B, N, D]``
+        and ``video_grid_thw`` ``[B, 3]``, from which the learner and scorers recompute the
+        same log-probs.
+        """
         sampling = sampling_and_rows(sampling, prompts, rows)
+        check_option_letters(option_letters, prompts)
         t0 = time.perf_counter()
         tok = self.tokenizer
-        enc = tok(self.format_prompts(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        shown, video = self._with_videos(prompts, rows)
+        enc = tok(self.format_prompts(shown), return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
+        model_inputs = dict(enc)
+        if video:
+            model_inputs.update(video_inputs(self.model.config, enc["input_ids"],
+                                             **{k: v.to(self.device) for k, v in video.items()}))
         if seed is not None:
             torch.manual_seed(seed)
         greedy = sampling.temperature == 0
@@ -63,10 +91,12 @@ class HFRolloutEngine:
             gen_kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         if sampling.stop:
             gen_kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
-        out = self.model.generate(**enc, **gen_kwargs)
+        out = self.model.generate(**model_inputs, **gen_kwargs)
         P = enc["input_ids"].shape[1]
         completion = out.sequences[:, P:]
         logits = torch.stack(out.logits, 1).float()  # raw logits, [B, C, V]
+        option_lp = (option_logprobs(logits[:, 0], self._letter_ids(option_letters))
+                     if option_letters is not None else None)
         # In place and gather − logsumexp: no scaled copy and no full log-softmax, each as large as the logits.
         if not greedy:
             logits.div_(sampling.temperature)
@@ -74,18 +104,37 @@ class HFRolloutEngine:
         mask = completion_mask(completion, tok.eos_token_id, tok.pad_token_id)
         texts = self._decode(completion, mask, sampling.stop)
         n_tokens = int(mask.sum())
+        tensors = {
+            "prompt_ids": enc["input_ids"].cpu(),
+            "prompt_mask": enc["attention_mask"].cpu(),
+            "completion_ids": completion.cpu(),
+            "completion_mask": mask.cpu(),
+            "logprobs": (logprobs * mask).cpu(),
+        }
+        if option_lp is not None:
+            tensors["option_logprobs"] = option_lp.cpu()
+        tensors.update(video)
         batch = Batch(
-            {
-                "prompt_ids": enc["input_ids"].cpu(),
-                "prompt_mask": enc["attention_mask"].cpu(),
-                "completion_ids": completion.cpu(),
-                "completion_mask": mask.cpu(),
-                "logprobs": (logprobs * mask).cpu(),
-            },
+            tensors,
             {"prompt": list(prompts), "completion": texts, "row": rows or [{} for _ in prompts]},
             {"version": self.version, "gen_s": time.perf_counter() - t0, "tokens": n_tokens},
         )
         return batch
+
+    def _with_videos(self, prompts: list[str], rows: list[dict] | None) -> tuple[list[str], dict[str, torch.Tensor]]:
+        """The prompts with their rows' video placeholders, and the video tensors ({} without videos)."""
+        frames = [r.get("frames") for r in rows] if rows else []
+        if all(f is None for f in frames):
+            return list(prompts), {}
+        if self.video_layout is None:
+            if any(isinstance(f, np.ndarray) for f in frames):
+                raise ConfigError("rows carry pixel frames but the policy is a text-only model; use a "
+                                  "vision-language model (e.g. model.path=tiny-vl)")
+            return list(prompts), {}  # frames already rendered into the prompt text
+        return video_prompts(list(prompts), frames, self.video_layout)
+
+    def _letter_ids(self, option_letters: list[str]) -> list[list[int]]:
+        return [[letter_token_id(self.tokenizer, c) for c in letters] for letters in option_letters]
 
     def _decode(self, completion: torch.Tensor, mask: torch.Tensor, stop: list[str]) -> list[str]:
         texts = []
@@ -111,8 +160,19 @@ class HFRolloutEngine:
         return self.version
 
     def info(self) -> dict[str, Any]:
-        return {"backend": "hf", "device": self.device, "version": self.version,
+        return {"backend": "hf", "device": self.device, "version": self.version, "vision": self.video_layout is not None,
                 "threads": torch.get_num_threads(), **dataclasses.asdict(SamplingConfig())}
+
+
+def option_logprobs(first_logits: torch.Tensor, letter_ids: list[list[int]]) -> torch.Tensor:
+    """``[B, max letters]`` log-softmax (over the whole vocabulary) of each row's letters at the
+    first completion position; -inf pads rows with fewer letters."""
+    logp = torch.log_softmax(first_logits.float(), -1)
+    width = max((len(ids) for ids in letter_ids), default=0)
+    out = torch.full((len(letter_ids), width), float("-inf"))
+    for i, ids in enumerate(letter_ids):
+        out[i, : len(ids)] = logp[i, ids].cpu()
+    return out
 
 
 def completion_mask(completion: torch.Tensor, eos_id: int | None, pad_id: int | None) -> torch.Tensor:

@@ -57,7 +57,13 @@ import torch
 
 from troupe.actors.base import configure_threads
 from troupe.actors.models import load_tokenizer
-from troupe.actors.sampling import SamplingConfig, chat_format, sampling_and_rows  # noqa: F401  (chat_format: part of this module's API)
+from troupe.actors.sampling import (  # noqa: F401  (chat_format: part of this module's API)
+    SamplingConfig,
+    chat_format,
+    check_option_letters,
+    letter_token_id,
+    sampling_and_rows,
+)
 from troupe.actors.transport import nccl
 from troupe.actors.transport.base import WeightUpdate, unpack_state_dict
 from troupe.platform.batch import Batch
@@ -272,9 +278,11 @@ class VLLMRolloutEngine:
         self._lora_base: dict[str, torch.Tensor] | None = None
 
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
-                 seed: int | None = None) -> Batch:
-        """Sample one completion per prompt (repeat a prompt G times for a group)."""
+                 seed: int | None = None, option_letters: list[str] | None = None) -> Batch:
+        """Sample one completion per prompt (repeat a prompt G times for a group); with
+        ``option_letters`` also each letter's log-prob as the first token (see the hf engine)."""
         sampling = sampling_and_rows(sampling, prompts, rows)
+        check_option_letters(option_letters, prompts)
         t0 = time.perf_counter()
         tok = self.tokenizer
         prompt_ids, prompt_mask, unpadded = encode_prompts(tok, chat_format(tok, prompts, self.chat))
@@ -282,13 +290,33 @@ class VLLMRolloutEngine:
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in unpadded], params, use_tqdm=False)
         tokens, logprobs = read_outputs(outputs, tok, sampling.stop)
         completion, mask, lps = completion_tensors(tokens, logprobs, tok.pad_token_id)
+        tensors = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion,
+                   "completion_mask": mask, "logprobs": lps}
+        if option_letters is not None:
+            tensors["option_logprobs"] = self._option_logprobs(unpadded, option_letters)
         return Batch(
-            {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion,
-             "completion_mask": mask, "logprobs": lps},
+            tensors,
             {"prompt": list(prompts), "completion": decode_completions(tok, completion, mask, sampling.stop),
              "row": rows or [{} for _ in prompts]},
             {"version": self.version, "gen_s": time.perf_counter() - t0, "tokens": int(mask.sum())},
         )
+
+    def _option_logprobs(self, unpadded: list[list[int]], option_letters: list[str]) -> torch.Tensor:
+        """Each letter's log-prob after its prompt, read as the prompt log-prob of ``prompt + letter``
+        (vLLM computes prompt log-probs from the raw logits, i.e. temperature 1)."""
+        tok = self.tokenizer
+        requests, where = [], []
+        for i, (ids, letters) in enumerate(zip(unpadded, option_letters, strict=True)):
+            for j, c in enumerate(letters):
+                requests.append({"prompt_token_ids": [*ids, letter_token_id(tok, c)]})
+                where.append((i, j))
+        params = self._sampling_params(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        width = max((len(x) for x in option_letters), default=0)
+        out = torch.full((len(unpadded), width), float("-inf"))
+        for (i, j), req, o in zip(where, requests, outputs, strict=True):
+            out[i, j] = float(o.prompt_logprobs[-1][req["prompt_token_ids"][-1]].logprob)
+        return out
 
     # -- weights ------------------------------------------------------------------------------
     def load_weights(self, update: WeightUpdate) -> int:

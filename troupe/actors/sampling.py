@@ -39,3 +39,16 @@ def chat_format(tokenizer: Any, prompts: Sequence[str], chat: bool = True) -> li
         return list(prompts)
     return [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
             for p in prompts]
+
+
+def check_option_letters(option_letters: list[str] | None, prompts: list[str]) -> None:
+    if option_letters is not None and len(option_letters) != len(prompts):
+        raise ValueError(f"generate: {len(option_letters)} option_letters for {len(prompts)} prompts")
+
+
+def letter_token_id(tokenizer: Any, letter: str) -> int:
+    """The token a completion starting with ``letter`` begins with."""
+    ids = tokenizer(letter, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"option letter {letter!r} is {len(ids)} tokens for this tokenizer; expected exactly 1")
+    return ids[0]

@@ -37,3 +37,8 @@ def rloo_advantage(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 
     # RLOO: A_i = r_i - mean_{j != i}(r_j) = G/(G-1) (r_i - mean(r))
     mean, _, n = _group_stats(rewards, group_ids)
     return ((rewards.to(torch.float64) - mean) * n / (n - 1).clamp(min=1)).to(torch.float32)
+
+
+# BPO's pack advantages take the pack's structure as keyword arguments (see bpo/behavior.py).
+for _name in ("ar_cf", "ar_literal", "mixed_mean", "mixed_meanstd"):
+    ADVANTAGES.register_lazy(_name, f"troupe.algorithms.bpo.behavior:{_name}")

@@ -28,7 +28,7 @@ from troupe.platform.placement import ActorGraph, Role
 
 @dataclasses.dataclass
 class PendingRollout:
-    """Generate calls in flight: (engine index, args, seed, ref) per engine."""
+    """Generate calls in flight: (engine index, args, kwargs, ref) per engine."""
 
     calls: list[tuple[int, tuple, int, Any]] = dataclasses.field(default_factory=list)
 
@@ -56,14 +56,25 @@ class PolicyGraph:
     """Roles and calls of a policy-optimisation graph built from a config with ``model``,
     ``rollout``, ``reward``, ``learner`` and ``reference`` sections."""
 
-    def __init__(self, cfg: Any, model_path: str, reward_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(self, cfg: Any, model_path: str, reward_kwargs: dict[str, Any] | None = None, prefix: str = "",
+                 shared_roles: bool = True) -> None:
+        """``prefix`` names this policy's learner and rollout roles, so several policies (the arms
+        of a comparison) live in one graph; they share one reward and one reference role, which
+        only the policy built with ``shared_roles=True`` declares."""
         self.cfg = cfg
+        self.prefix = prefix
+        self.shared_roles = shared_roles
+        self.names = {"learner": f"{prefix}learner", "rollout": f"{prefix}rollout", "reward": "reward",
+                      "reference": "reference"}
         self.model_path = str(model_path)
         self.reward_kwargs = reward_kwargs or {}
         self.graph: ActorGraph | None = None
         self.faults = 0  # rollout calls re-issued after an engine died or timed out
         self.max_reissues = 2
         self.last_update: Any = None  # ref of the newest WeightUpdate, for restarted engines
+
+    def _role(self, name: str) -> Any:
+        return self.graph[self.names[name]]
 
     # -- roles ------------------------------------------------------------------------
     def roles(self) -> list[Role]:
@@ -73,16 +84,18 @@ class PolicyGraph:
         learner_kwargs = {"model_path": self.model_path, "config": to_dict(c.learner), "world_size": c.learner.num_ranks,
                           "seed": c.run.seed, "temperature": rc.sampling.temperature,
                           "max_len": rc.sampling.max_new_tokens, "device": device}
+        colocate = f"{self.prefix}policy" if rc.colocate_with_learner else None
         roles = [
-            Role("learner", Learner, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
-                 num_gpus=c.learner.num_gpus, colocate="policy" if rc.colocate_with_learner else None,
+            Role(self.names["learner"], Learner, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
+                 num_gpus=c.learner.num_gpus, colocate=colocate,
                  kwargs=learner_kwargs, rank_kwargs=[{"rank": r} for r in range(c.learner.num_ranks)]),
-            Role("rollout", rollout_class(rc.backend), count=rc.num_engines, num_cpus=rc.num_cpus,
-                 num_gpus=rc.num_gpus, colocate="policy" if rc.colocate_with_learner else None,
-                 kwargs=self._rollout_kwargs(), max_restarts=rc.max_restarts),
-            Role("reward", RuleReward, num_cpus=c.reward.num_cpus,
-                 kwargs={"fn": c.reward.fn, "on_error": c.reward.on_error, "kwargs": self.reward_kwargs}),
+            Role(self.names["rollout"], rollout_class(rc.backend), count=rc.num_engines, num_cpus=rc.num_cpus,
+                 num_gpus=rc.num_gpus, colocate=colocate, kwargs=self._rollout_kwargs(), max_restarts=rc.max_restarts),
         ]
+        if not self.shared_roles:
+            return roles
+        roles.append(Role("reward", RuleReward, num_cpus=c.reward.num_cpus,
+                          kwargs={"fn": c.reward.fn, "on_error": c.reward.on_error, "kwargs": self.reward_kwargs}))
         if c.learner.kl_coef > 0:
             roles.append(Role("reference", Scorer, num_cpus=c.reference.num_cpus, num_gpus=c.reference.num_gpus,
                               kwargs={"model_path": self.model_path, "dtype": c.model.dtype, "device": device}))
@@ -100,7 +113,7 @@ class PolicyGraph:
 
     def setup(self, graph: ActorGraph) -> None:
         self.graph = graph
-        learners = graph["learner"]
+        learners = graph[self.names["learner"]]
         if len(learners) > 1:
             addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
             learners.call("init_distributed", addr, port)
@@ -115,7 +128,7 @@ class PolicyGraph:
         """One nccl group: learner rank 0 is rank 0, then every engine's workers."""
         from troupe.actors.transport import nccl
 
-        learners, engines = self.graph["learner"], self.graph["rollout"]
+        learners, engines = self._role("learner"), self._role("rollout")
         addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
         plan = nccl.plan_group(addr, port, engines.call("weight_group_size"))
         # Launch every member before waiting: rank 0 hosts the rendezvous.
@@ -124,9 +137,11 @@ class PolicyGraph:
         engines.wait(refs, "init_weight_group")
 
     # -- the calls ----------------------------------------------------------------------
-    def generate(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int) -> PendingRollout:
-        """Spread prompts over the rollout engines; `wait_batches` collects the results."""
-        engines = self.graph["rollout"]
+    def generate(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int,
+                 option_letters: list[str] | None = None) -> PendingRollout:
+        """Spread prompts over the rollout engines; `wait_batches` collects the results.
+        ``option_letters`` asks the engines for multiple-choice letter log-probs."""
+        engines = self._role("rollout")
         n = len(engines)
         bounds = [round(i * len(prompts) / n) for i in range(n + 1)]
         pending = PendingRollout()
@@ -134,7 +149,10 @@ class PolicyGraph:
             lo, hi = bounds[i], bounds[i + 1]
             if hi > lo:
                 args = (prompts[lo:hi], sampling, rows[lo:hi])
-                pending.calls.append((i, args, seed + i, engines[i].generate.remote(*args, seed=seed + i)))
+                kwargs = {"seed": seed + i}
+                if option_letters is not None:
+                    kwargs["option_letters"] = option_letters[lo:hi]
+                pending.calls.append((i, args, kwargs, engines[i].generate.remote(*args, **kwargs)))
         return pending
 
     def wait_batches(self, pending: PendingRollout | list[Any]) -> list[Any]:
@@ -147,9 +165,9 @@ class PolicyGraph:
 
         if isinstance(pending, list):
             return pending
-        engines = self.graph["rollout"]
+        engines = self._role("rollout")
         refs = []
-        for i, args, seed, ref in pending.calls:
+        for i, args, kwargs, ref in pending.calls:
             for attempt in range(self.max_reissues + 1):
                 try:
                     ray.get(ref, timeout=engines.timeout_s)
@@ -163,7 +181,7 @@ class PolicyGraph:
                         # A straggler is still busy with the call, and any call queues behind it.
                         ray.kill(engines[i], no_restart=False)
                     self._recover_engine(i)
-                    ref = engines[i].generate.remote(*args, seed=seed)
+                    ref = engines[i].generate.remote(*args, **kwargs)
             refs.append(ref)
         return refs
 
@@ -171,7 +189,7 @@ class PolicyGraph:
         """Wait until a restarted engine answers, then give it the current weights."""
         import ray
 
-        engines = self.graph["rollout"]
+        engines = self._role("rollout")
         # A restart first waits for resources (a lost node may have to come back), then runs
         # the constructor: the placement timeout plus the call timeout bound it.
         patience = self.graph.timeout_s + engines.timeout_s
@@ -190,7 +208,7 @@ class PolicyGraph:
         if self.nccl:
             # A restarted engine lost its group: rebuild it, then send the weights it missed.
             self._init_weight_group()
-            current = self.graph["learner"][0].current_weights.remote()
+            current = self._role("learner")[0].current_weights.remote()
             engines.wait([engines[i].load_weights.remote(current)], "load_weights")
         elif self.last_update is not None:
             engines.wait([engines[i].load_weights.remote(self.last_update)], "load_weights")
@@ -200,22 +218,30 @@ class PolicyGraph:
         return n
 
     def score(self, batch_refs: list[Any]) -> dict[str, Any]:
-        reward = self.graph["reward"]
+        reward = self._role("reward")
         return reward.wait([reward[0].score.remote(batch_refs)], "score")[0]
 
     def reference_logprobs(self, batch_refs: list[Any]) -> Any:
         """An object ref of the reference log-probs (the driver does not pull them)."""
-        ref = self.graph["reference"]
+        ref = self._role("reference")
         return ref[0].logprobs.remote(batch_refs, self.cfg.rollout.sampling.temperature or 1.0)
 
     def update(self, batch_refs: list[Any], extras: dict[str, Any]) -> dict[str, float]:
-        per_rank = self.graph["learner"].call("update", batch_refs, extras)
+        return self.update_end(self.update_begin(batch_refs, extras))
+
+    def update_begin(self, batch_refs: list[Any], extras: dict[str, Any]) -> list[Any]:
+        """Start the update on every learner rank; `update_end` waits. Several policies' updates
+        then run at the same time."""
+        return [h.update.remote(batch_refs, extras) for h in self._role("learner").handles]
+
+    def update_end(self, refs: list[Any]) -> dict[str, float]:
+        per_rank = self._role("learner").wait(refs, "update")
         return {k: float(np.mean([m[k] for m in per_rank])) for k in per_rank[0]}
 
     def sync_weights(self) -> dict[str, float]:
         """Publish from learner rank 0 and install on every engine; returns bytes and seconds."""
         t = time.perf_counter()
-        learners, engines = self.graph["learner"], self.graph["rollout"]
+        learners, engines = self._role("learner"), self._role("rollout")
         if self.nccl:
             update = learners.wait([learners[0].publish_weights.remote("nccl")], "publish_weights")[0]
             engines.wait([h.load_weights.remote(update) for h in engines.handles]
@@ -234,7 +260,7 @@ class PolicyGraph:
 
     # -- checkpoints -----------------------------------------------------------------------
     def save(self, ckpt_dir: Path) -> None:
-        learners = self.graph["learner"]
+        learners = self._role("learner")
         packed, meta = learners.wait([learners[0].get_state.remote()], "get_state")[0]
         tensors = {k: torch.from_numpy(np.array(a)) for k, (a, _) in packed.items()}
         dtypes = {k: name for k, (_, name) in packed.items() if name}
@@ -248,7 +274,7 @@ class PolicyGraph:
         views = meta.pop("views", {})
         tensors = load_state_dict(ckpt_dir / "learner.safetensors")
         packed = {k: (t.numpy(), views.get(k)) for k, t in tensors.items()}
-        self.graph["learner"].call("set_state", packed, meta)
+        self._role("learner").call("set_state", packed, meta)
         self.sync_weights()
 
 

@@ -1,6 +1,9 @@
 """The starting checkpoint: build the embedded tiny model (or load a real one) and fit it by
 supervised fine-tuning on a task's training split, so RL starts from a real SFT model.
 
+``model.path=tiny-vl`` builds the tiny vision-language model instead; its task rows carry
+``"frames"`` (``uint8 [F, H, W, 3]``), shown to the model before the prompt.
+
 The result is cached under ``$TROUPE_CACHE`` (default ``~/.cache/troupe``), keyed by
 everything that shapes it, and written atomically: a second run, or an actor on the same
 machine, loads the same directory.
@@ -12,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -23,6 +27,15 @@ import numpy as np
 
 from troupe.actors.logprobs import positions_from_mask
 from troupe.actors.models import TinyLMSpec, build_tiny_lm, load_causal_lm, save_model, train_tokenizer
+from troupe.actors.vision import (
+    VISION_TOKENS,
+    TinyVLSpec,
+    VideoLayout,
+    build_tiny_vl,
+    is_vision_model,
+    video_inputs,
+    video_prompts,
+)
 from troupe.platform.checkpoint import atomic_write_json
 from troupe.platform.config import check, to_dict
 
@@ -40,9 +53,15 @@ class SFTConfig:
     batch_size: int = 64
     lr: float = 3e-3
     seed: int = 0
+    schedule: str = "constant"  # after 20 warm-up steps: "constant", or "cosine" down to 10% of lr
+    # Torch threads while fitting. One by default: the embedded models are too small to gain
+    # from a second, and on a shared 2-core machine a second thread makes each step several
+    # times slower. 0 keeps torch's default.
+    threads: int = 1
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "model.sft.steps", self.steps, "an integer >= 0")
+        check(self.schedule in ("constant", "cosine"), "model.sft.schedule", self.schedule, "'constant' or 'cosine'")
         check(self.batch_size >= 1, "model.sft.batch_size", self.batch_size, "an integer >= 1")
 
 
@@ -50,12 +69,27 @@ class SFTConfig:
 class ModelConfig:
     """Which policy to start from."""
 
-    path: str = "tiny"  # "tiny" builds the embedded model; otherwise a hub id or a local directory
+    path: str = "tiny"  # "tiny" or "tiny-vl" builds an embedded model; otherwise a hub id or a local directory
     dtype: str = "float32"
     device: str = "cpu"  # "cpu", "cuda" or "auto"
     tiny: TinyLMSpec = dataclasses.field(default_factory=TinyLMSpec)
+    tiny_vl: TinyVLSpec = dataclasses.field(default_factory=TinyVLSpec)
     sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
     cache_dir: str | None = None
+
+
+EMBEDDED = ("tiny", "tiny-vl")
+
+
+def _key_fields(model_cfg: ModelConfig) -> dict[str, Any]:
+    """What shapes the checkpoint: the spec of the model not built is left out (so adding
+    ``tiny_vl`` kept every text checkpoint's key)."""
+    unused = "tiny" if model_cfg.path == "tiny-vl" else "tiny_vl"
+    out = {k: v for k, v in to_dict(model_cfg).items() if k != unused} | {"cache_dir": None}
+    # Threads do not shape the checkpoint; the constant schedule predates the choice: keys unchanged.
+    drop = {"threads"} | ({"schedule"} if out["sft"].get("schedule") == "constant" else set())
+    out["sft"] = {k: v for k, v in out["sft"].items() if k not in drop}
+    return out
 
 
 def cache_root(model_cfg: ModelConfig) -> Path:
@@ -65,10 +99,10 @@ def cache_root(model_cfg: ModelConfig) -> Path:
 
 def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, Any]) -> Path | str:
     """Path of the model RL starts from: the cached SFT checkpoint, built on first use."""
-    if model_cfg.path != "tiny" and model_cfg.sft.steps == 0:
+    if model_cfg.path not in EMBEDDED and model_cfg.sft.steps == 0:
         load_causal_lm(model_cfg.path)  # fail now, in the driver, with a clear error
         return model_cfg.path
-    key_src = {"model": to_dict(model_cfg) | {"cache_dir": None}, "task": task_key, "v": 1}
+    key_src = {"model": _key_fields(model_cfg), "task": task_key, "v": 1}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:16]
     final = cache_root(model_cfg) / "sft" / key
     if (final / "sft.json").is_file():
@@ -93,22 +127,37 @@ def fit_sft(model_cfg: ModelConfig, task: SFTTask, out: Path) -> dict[str, Any]:
     import torch
 
     t0 = time.perf_counter()
+    threads = torch.get_num_threads()
+    if model_cfg.sft.threads:
+        torch.set_num_threads(model_cfg.sft.threads)
+    try:
+        return _fit(model_cfg, task, out, t0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[str, Any]:
+    import torch
+
     if model_cfg.path == "tiny":
         tokenizer = train_tokenizer(task.corpus(4000, seed=model_cfg.sft.seed), model_cfg.tiny.vocab_size)
         model = build_tiny_lm(model_cfg.tiny, tokenizer, seed=model_cfg.sft.seed)
+    elif model_cfg.path == "tiny-vl":
+        tokenizer = train_tokenizer(task.corpus(4000, seed=model_cfg.sft.seed), model_cfg.tiny_vl.vocab_size,
+                                    special_tokens=VISION_TOKENS)
+        model = build_tiny_vl(model_cfg.tiny_vl, tokenizer, seed=model_cfg.sft.seed)
     else:
         model, tokenizer = load_causal_lm(model_cfg.path, model_cfg.dtype)
+    layout = VideoLayout.of(model.config, model_cfg.path) if is_vision_model(model.config) else None
     rng = np.random.default_rng(model_cfg.sft.seed)
     torch.manual_seed(model_cfg.sft.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=model_cfg.sft.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, model_cfg.sft))
     model.train()
     losses = []
     for _ in range(model_cfg.sft.steps):
         rows = task.sample(model_cfg.sft.batch_size, "train", rng)
-        input_ids, attn, labels = sft_tensors(tokenizer, rows)
-        loss = model(input_ids=input_ids, attention_mask=attn, position_ids=positions_from_mask(attn),
-                     labels=labels).loss
+        loss = model(**sft_inputs(model, tokenizer, rows, layout)).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -121,6 +170,27 @@ def fit_sft(model_cfg: ModelConfig, task: SFTTask, out: Path) -> dict[str, Any]:
             "parameters": sum(p.numel() for p in model.parameters()), "seconds": round(time.perf_counter() - t0, 1)}
     log.info("SFT checkpoint built in %.1fs: %s", info["seconds"], info)
     return info
+
+
+def sft_inputs(model: Any, tokenizer: Any, rows: list[dict], layout: VideoLayout | None = None) -> dict[str, Any]:
+    """The model's arguments for an SFT step on ``rows`` (with their videos on a VL model)."""
+    video = {}
+    if layout is not None and any(r.get("frames") is not None for r in rows):
+        texts, video = video_prompts([r["prompt"] for r in rows], [r.get("frames") for r in rows], layout)
+        rows = [{**r, "prompt": t} for r, t in zip(rows, texts, strict=True)]
+    input_ids, attn, labels = sft_tensors(tokenizer, rows)
+    extra = video_inputs(model.config, input_ids, **video) if video else {}
+    # Without videos, positions skip the left padding; with them the model numbers its 3-D positions.
+    return {"input_ids": input_ids, "attention_mask": attn, "labels": labels,
+            **(extra or {"position_ids": positions_from_mask(attn)})}
+
+
+def lr_factor(step: int, cfg: SFTConfig) -> float:
+    """Linear warm-up over 20 steps, then constant or cosine decay to 10%."""
+    warm = min(1.0, (step + 1) / 20)
+    if cfg.schedule == "constant":
+        return warm
+    return warm * (0.1 + 0.45 * (1 + math.cos(math.pi * min(step, cfg.steps) / max(cfg.steps, 1))))
 
 
 def sft_tensors(tokenizer: Any, rows: list[dict]) -> tuple[Any, Any, Any]:

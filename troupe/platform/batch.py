@@ -116,6 +116,9 @@ class Batch:
     def to(self, device: str | torch.device) -> Batch:
         return Batch({k: v.to(device) for k, v in self.tensors.items()}, self.objects, self.meta)
 
+    # Fields whose padding is not 0: a padded letter log-prob must carry no probability.
+    DEFAULT_PADS = {"option_logprobs": float("-inf")}
+
     @staticmethod
     def concat(batches: Iterable[Batch], pad_values: dict[str, float] | None = None,
                left_pad: Iterable[str] = ("prompt_ids", "prompt_mask")) -> Batch:
@@ -129,7 +132,7 @@ class Batch:
         for b in batches[1:]:
             if list(b.tensors) != keys_t or list(b.objects) != keys_o:
                 raise ValueError(f"cannot concat batches with different fields: {keys_t + keys_o} vs {b.keys()}")
-        pad_values = pad_values or {}
+        pad_values = {**Batch.DEFAULT_PADS, **(pad_values or {})}
         left = set(left_pad)
         tensors = {}
         for k in keys_t:

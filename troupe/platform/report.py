@@ -63,8 +63,10 @@ def plot_metrics(history: list[dict[str, Any]], plots_dir: Path, groups: dict[st
         ax.set_xlabel("step")
         ax.set_title(family)
         ax.grid(alpha=0.3)
-        if drawn > 1:
+        if 1 < drawn <= 12:
             ax.legend(fontsize=7)
+        elif drawn > 12:  # a legend that large hides the plot; the algorithm's own plots split such families
+            ax.set_title(f"{family} ({drawn} series)")
         fig.tight_layout()
         path = plots_dir / f"{family.replace(' ', '_')}.png"
         tmp = path.with_suffix(".tmp.png")

@@ -1,0 +1,154 @@
+"""Benchmark of `bpo`: BPO against its baselines on the synthetic counterfactual video-QA task.
+
+Part 1 trains every arm of §A.3 from one SFT checkpoint, side by side in one run per seed:
+budget-matched GRPO, GRPO with 2x rollouts, Aug-GRPO, BPO (AR-cf), BPO with random views,
+and BPO under each other advantage mode (AR-literal, mixed-mean, mixed-meanstd). Intervals
+pool seeds and items (each resample draws items within every seed).
+Part 2 sweeps the pack size (2, 4, 8) for GRPO and BPO at the same budget.
+Part 3 sweeps the spurious cue's strength (0.6 .. 0.95): where does BPO's temporal-hard gain
+appear, and where does GRPO learn the order by itself?
+Results go to benchmarks/results/bpo.json; every figure is as measured.
+
+    python benchmarks/bpo.py                       # 3 seeds, all parts: about 1-1.5 h on 2 cores
+    python benchmarks/bpo.py --seeds 1 --sweep-seeds 1 --steps 100   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+ARMS_MAIN = ["grpo", "grpo_2x", "aug_grpo", "bpo", "bpo_random", "bpo_ar_literal", "bpo_mixed_mean",
+             "bpo_mixed_meanstd"]
+PACKS = {2: {"anchors": 1, "num_views": 1, "per_view": 1}, 4: {"anchors": 1, "num_views": 3, "per_view": 1},
+         8: {"anchors": 2, "num_views": 3, "per_view": 2}}
+CUES = [0.6, 0.75, 0.85, 0.95]
+METRICS = ("macro_acc", "temporal_hard_acc", "abstain_f1", "stability", "sensitivity", "false_abstention")
+
+
+def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: list[str]) -> dict[str, Any]:
+    """One run of `bpo` with ``arms``; returns each arm's final eval records and the SFT's."""
+    from troupe.platform.driver import Run
+
+    ov = [f"bpo.arms=[{','.join(arms)}]", f"run.seed={seed}", "run.checkpoint_every=0", "run.progress=false",
+          f"run.num_cpus={max(4, 2 * len(arms))}", *overrides]
+    if steps is not None:
+        ov.append(f"run.steps={steps}")
+    t0 = time.perf_counter()
+    with Run("bpo", overrides=ov, out=out) as run:
+        summary = run.run()
+    records = {}
+    for arm in arms:
+        files = sorted((out / "eval" / arm).glob("step_*.jsonl"))
+        records[arm] = [json.loads(x) for x in files[-1].read_text().splitlines()]
+        if "sft" not in records:
+            records["sft"] = [json.loads(x) for x in files[0].read_text().splitlines()]
+    return {"records": records, "wall_s": time.perf_counter() - t0, "claim": summary.get("claim"),
+            "steps": summary.get("steps")}
+
+
+def table(records_by_seed: dict[str, list[list[dict]]], n_boot: int) -> dict[str, Any]:
+    """Per arm: pooled value and 95% interval of each metric, and the per-seed values."""
+    from troupe.algorithms.bpo.evaluation import behaviour_metrics, pooled_bootstrap
+
+    out = {}
+    for arm, per_seed in records_by_seed.items():
+        out[arm] = {"pooled": pooled_bootstrap(per_seed, n_boot),
+                    "per_seed": [behaviour_metrics(r) for r in per_seed]}
+    return out
+
+
+def print_table(title: str, rows: dict[str, Any]) -> None:
+    from troupe.algorithms.bpo.evaluation import fmt_ci
+
+    print(f"\n{title}")
+    print(f"{'policy':<20}" + "".join(f"{m:>26}" for m in METRICS))
+    for arm, r in rows.items():
+        print(f"{arm:<20}" + "".join(f"{fmt_ci(r['pooled'][m]):>26}" for m in METRICS))
+
+
+def verdict(rows: dict[str, Any]) -> dict[str, Any]:
+    from troupe.algorithms.bpo.evaluation import separated
+
+    b, g = rows["bpo"]["pooled"], rows["grpo"]["pooled"]
+    out = {"temporal_hard_separated": separated(b["temporal_hard_acc"], g["temporal_hard_acc"]),
+           "abstain_f1_separated": separated(b["abstain_f1"], g["abstain_f1"]),
+           "macro_not_lower": not separated(g["macro_acc"], b["macro_acc"])}
+    if "grpo_2x" in rows:  # on each metric where BPO is apart from GRPO: is 2x GRPO still apart from BPO?
+        g2 = rows["grpo_2x"]["pooled"]
+        out["grpo_2x_closes_gap"] = {m: not separated(b[m], g2[m]) for m in ("temporal_hard_acc", "abstain_f1")
+                                     if separated(b[m], g[m])}
+    out["claim_holds"] = out["temporal_hard_separated"] and out["abstain_f1_separated"] and out["macro_not_lower"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--sweep-seeds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the config's)")
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--parts", default="main,pack,cue")
+    ap.add_argument("--work", default="/tmp/troupe-bench-bpo", help="run directories go here")
+    ap.add_argument("--out", default=str(ROOT / "results" / "bpo.json"))
+    args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    work = Path(args.work)
+    result: dict[str, Any] = {"machine": {"platform": platform.platform(), "python": platform.python_version()},
+                              "seeds": args.seeds, "sweep_seeds": args.sweep_seeds, "steps": args.steps}
+    t_all = time.perf_counter()
+    out = Path(args.out)
+
+    def save() -> None:  # after every part: a long run interrupted keeps what it measured
+        result["wall_s"] = time.perf_counter() - t_all
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        tmp.replace(out)
+
+    main_runs: list[dict] = []
+    if "main" in parts:
+        for s in range(args.seeds):
+            main_runs.append(train(work / f"main-s{s}", ARMS_MAIN, s, args.steps, []))
+            print(f"main seed {s}: {main_runs[-1]['wall_s']:.0f}s", flush=True)
+        by_arm = {arm: [r["records"][arm] for r in main_runs] for arm in ["sft", *ARMS_MAIN]}
+        rows = table(by_arm, args.bootstrap)
+        print_table("Part 1: every arm, pooled over seeds and items", rows)
+        result["main"] = {"arms": rows, "verdict": verdict(rows), "wall_s": [r["wall_s"] for r in main_runs]}
+        print(json.dumps(result["main"]["verdict"], indent=1))
+        save()
+
+    if "pack" in parts:
+        result["pack_sweep"] = {}
+        for size, shape in PACKS.items():
+            ov = [f"bpo.{k}={v}" for k, v in shape.items()]
+            runs = [train(work / f"pack{size}-s{s}", ["grpo", "bpo"], s, args.steps, ov) for s in range(args.sweep_seeds)]
+            rows = table({arm: [r["records"][arm] for r in runs] for arm in ("grpo", "bpo")}, args.bootstrap)
+            result["pack_sweep"][str(size)] = {"shape": shape, "arms": rows, "verdict": verdict(rows)}
+            print_table(f"Part 2: pack size {size} {shape}", rows)
+            save()
+
+    if "cue" in parts:
+        result["cue_sweep"] = {}
+        for cue in CUES:
+            if cue == 0.85 and main_runs:  # the default: part 1's GRPO and BPO arms (arms train independently)
+                runs = main_runs[: args.sweep_seeds]
+            else:
+                runs = [train(work / f"cue{cue}-s{s}", ["grpo", "bpo"], s, args.steps, [f"task.cue_strength={cue}"])
+                        for s in range(args.sweep_seeds)]
+            rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
+            result["cue_sweep"][str(cue)] = {"arms": rows, "verdict": verdict(rows)}
+            print_table(f"Part 3: cue strength {cue}", rows)
+            save()
+
+    save()
+    print(f"\nwrote {out} ({result['wall_s']:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""BPO as an algorithm: pack building and budget matching, evaluation metrics, config errors,
+and the smoke preset end to end on a local Ray cluster."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from troupe import Run
+from troupe.cli import main
+from troupe.algorithms.bpo.algorithm import BPO, call_advantage, claim_check
+from troupe.algorithms.bpo.config import ARMS, BPOConfig, BPOSettings
+from troupe.algorithms.bpo.evaluation import behaviour_metrics, bootstrap, item_record
+from troupe.envs.video_qa import BehaviorTable, VideoQATask
+from troupe.envs.video_qa.items import ABST
+from troupe.platform.config import resolve
+from troupe.platform.errors import ConfigError
+from troupe.platform.metrics import read_metrics
+from troupe.platform.registry import ADVANTAGES
+
+
+def _algo(**bpo) -> BPO:
+    """A BPO with its task and table but no model or actors (enough to build packs)."""
+    algo = BPO.__new__(BPO)
+    algo.config = BPOConfig(bpo=BPOSettings(**bpo))
+    algo.task = VideoQATask()
+    algo.table = BehaviorTable()
+    algo.pixels = False
+    return algo
+
+
+@pytest.mark.parametrize("anchors,num_views,per_view", [(2, 3, 1), (1, 1, 1), (1, 3, 1), (2, 2, 3)])
+def test_budget_matching_bpo_and_grpo_generate_the_same_number_of_responses(anchors, num_views, per_view):
+    algo = _algo(anchors=anchors, num_views=num_views, per_view=per_view, prompts_per_step=8)
+    items = algo.task.sample_items(8, "train", np.random.default_rng(0))
+    sizes = {name: len(algo.build_pack(ARMS[name], items, np.random.default_rng(1)).prompts)
+             for name in ("bpo", "grpo", "aug_grpo", "bpo_random", "bpo_ar_literal")}
+    want = 8 * (anchors + num_views * per_view)
+    assert set(sizes.values()) == {want}
+    assert len(algo.build_pack(ARMS["grpo_2x"], items, np.random.default_rng(1)).prompts) == 2 * want
+
+
+def test_bpo_pack_structure_and_aug_grpo_labels():
+    algo = _algo()
+    items = algo.task.sample_items(5, "train", np.random.default_rng(3))
+    pack = algo.build_pack(ARMS["bpo"], items, np.random.default_rng(4))
+    assert pack.group_ids.tolist() == [j for j in range(5) for _ in range(5)]
+    assert pack.is_anchor.tolist() == [True, True, False, False, False] * 5
+    for j, item in enumerate(items):
+        labels = pack.labels[5 * j: 5 * j + 5]
+        assert labels[:2] == ["ORIG", "ORIG"]
+        assert "ABST" in labels and "SENS" in labels  # one SENS and one ABST view per prompt (§A.2)
+        for lab, row in zip(labels[2:], pack.rows[5 * j + 2: 5 * j + 5], strict=True):
+            assert algo.table.label(item.qtype, row["view"]) == lab
+    assert all(" | " in p for p in pack.prompts)  # the frames are in every prompt
+    aug = algo.build_pack(ARMS["aug_grpo"], items, np.random.default_rng(4))
+    assert set(aug.labels) == {"ORIG"}  # augmentation: every view rewarded for the original answer
+    assert [r["view"] for r in aug.rows] == [r["view"] for r in pack.rows]
+    assert pack.letters[0] == items[0].letters
+
+
+def test_call_advantage_passes_pack_fields_only_to_estimators_that_take_them():
+    r, g = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 0, 0])
+    a = torch.tensor([True, True, False, False])
+    kw = {"is_anchor": a, "cf_baseline": torch.tensor([math.nan, math.nan, 1.0, 0.5])}
+    assert call_advantage(ADVANTAGES.get("dr_grpo"), r, g, kw).tolist() == pytest.approx([0.25, -0.75, 0.25, 0.25])
+    assert call_advantage(ADVANTAGES.get("ar_cf"), r, g, kw).tolist() == pytest.approx([1.0, -1.0, 0.0, 0.5])
+
+
+class _Item:
+    def __init__(self, qtype, answer=0, hard=False):
+        self.item_id, self.qtype, self.answer, self.hard = "x", qtype, answer, hard
+
+
+def test_metrics_hand_values():
+    conf = np.array([0.9, 0.05, 0.05])
+    recs = [
+        item_record(_Item("temporal_order", 0, hard=True), 0, conf, ABST, [("SENS", 1, conf), ("ABST", ABST, conf)]),
+        item_record(_Item("temporal_order", 0, hard=True), 1, conf, 0, [("SENS", 1, conf)]),
+        item_record(_Item("counting", 2), 2, conf, ABST, [("STAB", 2, conf), ("STAB", 0, conf),
+                                                          ("SENS", 2, np.array([0.1, 0.1, 0.8]))]),
+        item_record(_Item("counting", 2), ABST, conf, ABST, []),
+    ]
+    m = behaviour_metrics(recs)
+    assert m["macro_acc"] == pytest.approx((0.5 + 0.5) / 2)
+    assert m["temporal_hard_acc"] == pytest.approx(0.5)
+    # Null copies: 3 of 4 abstain (TP=3, FN=1); originals: 1 abstains (FP=1) → F1 = 6 / 8.
+    assert m["abstain_f1"] == pytest.approx(6 / 8)
+    assert m["stability"] == pytest.approx(0.5)
+    # SENS probes: changed (yes), unchanged (no), unchanged but c(orig answer 2) fell 0.05 → 0.8? no drop → no.
+    assert m["sensitivity"] == pytest.approx(1 / 3)
+    assert m["false_abstention"] == pytest.approx(0.25)
+    ci = bootstrap(recs, n_resamples=200, seed=0)
+    for k, v in ci.items():
+        assert v["lo"] <= v["value"] + 1e-9 and v["value"] <= v["hi"] + 1e-9, k
+
+
+def test_claim_check_reads_intervals():
+    def arm(th, f1, macro):
+        return {"metrics": {"temporal_hard_acc": th, "abstain_f1": f1, "macro_acc": macro}}
+
+    ci = lambda v, w=0.05: {"value": v, "lo": v - w, "hi": v + w}  # noqa: E731
+    good = claim_check({"bpo": arm(ci(0.6), ci(0.9), ci(0.7)), "grpo": arm(ci(0.3), ci(0.0), ci(0.72))})
+    assert good["holds"]
+    bad = claim_check({"bpo": arm(ci(0.35), ci(0.9), ci(0.5)), "grpo": arm(ci(0.3), ci(0.0), ci(0.72))})
+    assert not bad["temporal_hard"] and bad["abstain_f1"] and not bad["macro_not_lower"] and not bad["holds"]
+
+
+def test_config_errors_name_the_key():
+    with pytest.raises(ConfigError, match="bpo.arms"):
+        resolve(BPOConfig, BPO.presets_dir(), None, ["bpo.arms=[grpo,ppo]"])
+    with pytest.raises(ConfigError, match="bpo.anchors"):
+        resolve(BPOConfig, BPO.presets_dir(), None, ["bpo.anchors=0"])
+    with pytest.raises(ConfigError, match="cue_strength"):
+        resolve(BPOConfig, BPO.presets_dir(), None, ["task.cue_strength=1.5"])
+    cfg = resolve(BPOConfig, BPO.presets_dir(), "smoke", ["bpo.adv_mode=ar_literal", "task.cue_strength=0.6"])
+    assert cfg.bpo.adv_mode == "ar_literal" and cfg.task.cue_strength == 0.6
+
+
+def _train_rows(run_dir):
+    # Timings differ between runs; everything else must not.
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in read_metrics(run_dir / "metrics.jsonl")]
+
+
+@pytest.mark.timeout(900)
+def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache):
+    fast = ["run.progress=false"]
+    d = tmp_path / "full"
+    with Run("bpo", preset="smoke", overrides=fast, out=d) as r:
+        r.run()
+        cfg = r.config
+    report = (d / "report.md").read_text()
+    assert "BPO against its baselines" in report and "| SFT |" in report
+    assert (d / "plots" / "behaviour_rates.png").is_file()
+    s = json.loads((d / "summary.json").read_text())
+    assert set(s["arms"]) == {"grpo", "bpo"}
+    for arm in s["arms"].values():
+        assert set(arm["metrics"]) >= {"macro_acc", "temporal_hard_acc", "abstain_f1"}
+    rows = _train_rows(d)
+    trained = [r for r in rows if "reward/bpo" in r]
+    assert len(trained) == cfg.run.steps
+    assert all(r["responses/step"] == cfg.bpo.prompts_per_step * cfg.bpo.pack_size for r in trained)
+    assert (d / "eval" / "bpo" / "step_000000.jsonl").is_file()
+    # `troupe report` rebuilds the same comparison from the files alone.
+    (d / "report.md").unlink()
+    assert main(["report", str(d)]) == 0
+    assert "BPO against its baselines" in (d / "report.md").read_text()
+
+    # Interrupted after 2 steps and resumed: the same metrics as the uninterrupted run.
+    part = tmp_path / "part"
+    with Run("bpo", preset="smoke", overrides=[*fast, "run.steps=2"], out=part) as r:
+        r.run()
+    with Run("bpo", resume=part, overrides=["run.steps=4"]) as r:
+        r.run()
+    assert _train_rows(part) == rows
+
+
+def test_every_preset_resolves():
+    names = sorted(p.stem for p in BPO.presets_dir().glob("*.yaml"))
+    assert {"smoke", "baselines", "adv-modes", "vl-smoke", "vl-gpu"} <= set(names)
+    for name in names:
+        cfg = resolve(BPOConfig, BPO.presets_dir(), name, [])
+        assert cfg.bpo.pack_size >= 2
+
+
+def test_real_data_needs_the_pixel_rendering():
+    with pytest.raises(ConfigError, match="task.rendering"):
+        resolve(BPOConfig, BPO.presets_dir(), None,
+                ["data.eval=[{name: nextqa, annotation_path: x.csv, video_root: v}]"])
+
+
+@pytest.mark.timeout(900)
+def test_bpo_vision_smoke_end_to_end(tmp_path, ray_local, troupe_cache):
+    """The tiny VL model through the same graph: pixel frames in the rows, BPO and GRPO arms."""
+    d = tmp_path / "vl"
+    with Run("bpo", preset="vl-smoke", overrides=["run.progress=false"], out=d) as r:
+        r.run()
+    s = json.loads((d / "summary.json").read_text())
+    assert set(s["arms"]) == {"grpo", "bpo"}
+    rows = [r for r in _train_rows(d) if "reward/bpo" in r]
+    assert len(rows) == 3 and all(math.isfinite(r["reward/bpo"]) for r in rows)
