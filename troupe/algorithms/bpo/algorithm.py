@@ -36,7 +36,7 @@ from troupe.algorithms.policy_graph import PolicyGraph, step_seed
 from troupe.algorithms.sft import prepare_policy
 from troupe.envs.video_qa.items import LETTERS, TEMPORAL_QTYPES, VideoItem, parse_answer
 from troupe.envs.video_qa.synthetic import VideoQAConfig, VideoQATask
-from troupe.envs.video_qa.views import BehaviorTable, apply_view, select_views
+from troupe.envs.video_qa.views import BehaviorTable, ViewUnavailable, apply_view, select_views
 from troupe.platform.algorithm import Algorithm
 from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
 from troupe.platform.config import to_dict
@@ -279,7 +279,7 @@ class BPO(Algorithm):
             for view, label in views:
                 try:
                     v_item = self._view(item, view, rng)
-                except Exception:  # a view this item cannot have (no support/target): not probed
+                except ViewUnavailable:  # no support or target for this view: not probed
                     continue
                 prompt, r = self._render(v_item)
                 probes.append({"k": k, "item": item, "view": view, "label": label, "prompt": prompt, "row": r})
