@@ -92,6 +92,36 @@ def sampling() -> Any:
     return SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=NEW_TOKENS)
 
 
+def add_size_arguments(ap: Any, repeats: dict[str, int] | int, warmup: int = 1) -> None:
+    """The arguments every size-sweeping benchmark takes: ``--sizes``, ``--repeats``, ``--warmup``."""
+    per = (", ".join(f"{n} at {s}" for s, n in repeats.items()) if isinstance(repeats, dict) else str(repeats))
+    ap.add_argument("--sizes", nargs="+", default=["150k", "4M"], choices=["150k", "4M"])
+    ap.add_argument("--repeats", type=int, default=None, help=f"timed rounds per size (default: {per})")
+    ap.add_argument("--warmup", type=int, default=warmup)
+
+
+def repeats_for(size: str, override: int | None, repeats: dict[str, int] | int) -> int:
+    """Timed rounds at ``size``: ``--repeats`` if given, else the benchmark's default."""
+    if override is not None:
+        return override
+    return repeats[size] if isinstance(repeats, dict) else repeats
+
+
+def per_size(label: str, sizes: Sequence[str], threads: int, bench: Callable[[BenchModel], dict]) -> dict:
+    """Start the private cluster, build the models, and run ``bench`` on each size in turn."""
+    import tempfile
+
+    set_threads(threads)
+    init_ray()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
+        models = build_models(tmp, sizes)
+        for name in sizes:
+            print(f"{label}, {name} ({models[name].parameters:,} parameters)", flush=True)
+            results[name] = bench(models[name])
+    return results
+
+
 def set_threads(n: int) -> int:
     """Give this process's torch ``n`` threads (what an actor with ``num_cpus=n`` gets)."""
     import torch

@@ -247,17 +247,10 @@ def plot_curves(curves: dict[str, list[float]], path: Path) -> None:
     plt.close(fig)
 
 
-def repeats_for(size: str, override: int | None) -> int:
-    """Timed rounds at ``size``: ``--repeats`` if given, else `REPEATS`."""
-    return override if override is not None else REPEATS[size]
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=["150k", "4M"], choices=["150k", "4M"])
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="timed rounds per size (default: 15 at 150k, 5 at 4M, where a round is longer)")
-    ap.add_argument("--warmup", type=int, default=1)
+    common.add_size_arguments(ap, REPEATS)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--curve-steps", type=int, default=30)
     args = ap.parse_args(argv)
@@ -270,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         models = common.build_models(tmp, args.sizes)
         for name in args.sizes:
             print(f"grpo, {name} ({models[name].parameters:,} parameters)", flush=True)
-            results[name] = bench_size(models[name], repeats_for(name, args.repeats), args.warmup, tmp)
+            results[name] = bench_size(models[name], common.repeats_for(name, args.repeats, REPEATS), args.warmup, tmp)
         print(f"reward curves, seeds {args.seeds}", flush=True)
         curves = reward_curves(args.seeds, args.curve_steps, tmp) if args.curve_steps else None
     if curves:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -104,29 +103,16 @@ def bench_size(model: common.BenchModel, threads: int, repeats: int, warmup: int
     }
 
 
-def repeats_for(size: str, override: int | None) -> int:
-    """Timed rounds at ``size``: ``--repeats`` if given, else `REPEATS`."""
-    return override if override is not None else REPEATS[size]
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=["150k", "4M"], choices=["150k", "4M"])
+    common.add_size_arguments(ap, REPEATS)
     ap.add_argument("--threads", type=int, default=1, help="torch threads in every arm (the actor's num_cpus)")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="timed rounds per size (default: 15 at 150k, 7 at 4M, where a round is longer)")
-    ap.add_argument("--warmup", type=int, default=1)
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    common.set_threads(args.threads)
-    common.init_ray()
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
-        models = common.build_models(tmp, args.sizes)
-        for name in args.sizes:
-            print(f"rollout, {name} ({models[name].parameters:,} parameters)", flush=True)
-            results[name] = bench_size(models[name], args.threads, repeats_for(name, args.repeats), args.warmup)
+    results = common.per_size("rollout", args.sizes, args.threads, lambda m: bench_size(
+        m, args.threads, common.repeats_for(m.name, args.repeats, REPEATS), args.warmup))
     rows = []
     for name, r in results.items():
         a = r["arms"]

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from typing import Any
 
 import common
+
+REPEATS = 15  # timed rounds per size
 
 GOAL = 1.5
 ENGINES = 2
@@ -175,20 +176,12 @@ def object_store_sync(learner: Any, engines: Any) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=["150k", "4M"], choices=["150k", "4M"])
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--warmup", type=int, default=2)
+    common.add_size_arguments(ap, REPEATS, warmup=2)
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    common.set_threads(1)
-    common.init_ray()
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
-        models = common.build_models(tmp, args.sizes)
-        for name in args.sizes:
-            print(f"weight_sync, {name} ({models[name].parameters:,} parameters)", flush=True)
-            results[name] = bench_size(models[name], args.repeats, args.warmup)
+    results = common.per_size("weight_sync", args.sizes, 1, lambda m: bench_size(
+        m, common.repeats_for(m.name, args.repeats, REPEATS), args.warmup))
     rows = []
     for name, r in results.items():
         s, b = r["seconds_per_sync"], r["bytes"]
