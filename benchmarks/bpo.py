@@ -7,7 +7,12 @@ pool seeds and items (each resample draws items within every seed).
 Part 2 sweeps the pack size (2, 4, 8) for GRPO and BPO at the same budget.
 Part 3 sweeps the spurious cue's strength (0.6 .. 0.95): where does BPO's temporal-hard gain
 appear, and where does GRPO learn the order by itself?
-Results go to benchmarks/results/bpo.json; every figure is as measured.
+Part 4 adds §A.5's noisy perception of order (``task.order_noise``: the frames contradict a
+temporal answer with that probability), so that reading the order is less reliable than the
+cue and the SFT model has a reason to lean on the cue; it also trains `bpo_flip`, where a
+reversed order/direction clip must take the other answer (SENS accepts any move off a*).
+Results go to benchmarks/results/bpo.json (parts not run keep their saved figures); every
+figure is as measured.
 
     python benchmarks/bpo.py                       # 3 seeds, all parts: about 1-1.5 h on 2 cores
     python benchmarks/bpo.py --seeds 1 --sweep-seeds 1 --steps 100   # a quick look
@@ -28,6 +33,8 @@ ARMS_MAIN = ["grpo", "grpo_2x", "aug_grpo", "bpo", "bpo_random", "bpo_ar_literal
 PACKS = {2: {"anchors": 1, "num_views": 1, "per_view": 1}, 4: {"anchors": 1, "num_views": 3, "per_view": 1},
          8: {"anchors": 2, "num_views": 3, "per_view": 2}}
 CUES = [0.6, 0.75, 0.85, 0.95]
+NOISY = [(0.2, 0.85), (0.3, 0.95)]  # (order_noise, cue_strength): §A.5's setting, and a cue-leaning one
+NOISE_ARMS = ["grpo", "bpo", "bpo_flip"]  # bpo_flip: reversed order/direction clips demand the other answer
 METRICS = ("macro_acc", "temporal_hard_acc", "abstain_f1", "stability", "sensitivity", "false_abstention")
 
 
@@ -54,12 +61,13 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
 
 def table(records_by_seed: dict[str, list[list[dict]]], n_boot: int) -> dict[str, Any]:
     """Per arm: pooled value and 95% interval of each metric, and the per-seed values."""
-    from troupe.algorithms.bpo.evaluation import behaviour_metrics, pooled_bootstrap
+    from troupe.algorithms.bpo.evaluation import behaviour_metrics, hard_by_type, pooled_bootstrap
 
     out = {}
     for arm, per_seed in records_by_seed.items():
         out[arm] = {"pooled": pooled_bootstrap(per_seed, n_boot),
-                    "per_seed": [behaviour_metrics(r) for r in per_seed]}
+                    "per_seed": [behaviour_metrics(r) for r in per_seed],
+                    "hard_by_type": hard_by_type(per_seed)}
     return out
 
 
@@ -93,19 +101,22 @@ def main() -> None:
     ap.add_argument("--sweep-seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the config's)")
     ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--parts", default="main,pack,cue")
+    ap.add_argument("--parts", default="main,pack,cue,noise")
     ap.add_argument("--work", default="/tmp/troupe-bench-bpo", help="run directories go here")
     ap.add_argument("--out", default=str(ROOT / "results" / "bpo.json"))
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     work = Path(args.work)
-    result: dict[str, Any] = {"machine": {"platform": platform.platform(), "python": platform.python_version()},
-                              "seeds": args.seeds, "sweep_seeds": args.sweep_seeds, "steps": args.steps}
-    t_all = time.perf_counter()
     out = Path(args.out)
+    # Parts not run this time keep their saved figures (and the settings they were run with).
+    result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    run_info = {"machine": {"platform": platform.platform(), "python": platform.python_version()},
+                "seeds": args.seeds, "sweep_seeds": args.sweep_seeds, "steps": args.steps}
+    result.setdefault("runs", {})
+    t_all = time.perf_counter()
 
     def save() -> None:  # after every part: a long run interrupted keeps what it measured
-        result["wall_s"] = time.perf_counter() - t_all
+        result["runs"][",".join(sorted(parts))] = {**run_info, "wall_s": time.perf_counter() - t_all}
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1) + "\n")
@@ -146,8 +157,22 @@ def main() -> None:
             print_table(f"Part 3: cue strength {cue}", rows)
             save()
 
+    if "noise" in parts:
+        result["noise_sweep"] = {}
+        for noise, cue in NOISY:
+            ov = [f"task.order_noise={noise}", f"task.cue_strength={cue}"]
+            runs = [train(work / f"noise{noise}-cue{cue}-s{s}", NOISE_ARMS, s, args.steps, ov)
+                    for s in range(args.sweep_seeds)]
+            rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", *NOISE_ARMS)}, args.bootstrap)
+            result["noise_sweep"][f"noise{noise}-cue{cue}"] = {"order_noise": noise, "cue_strength": cue,
+                                                              "arms": rows, "verdict": verdict(rows)}
+            print_table(f"Part 4: order noise {noise}, cue strength {cue}", rows)
+            for arm, r in rows.items():
+                print(f"  {arm:<6} temporal-hard by type: {r['hard_by_type']}")
+            save()
+
     save()
-    print(f"\nwrote {out} ({result['wall_s']:.0f}s)")
+    print(f"\nwrote {out} ({time.perf_counter() - t_all:.0f}s)")
 
 
 if __name__ == "__main__":

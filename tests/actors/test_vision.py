@@ -125,6 +125,32 @@ def test_tiny_vl_saves_loads_and_scores_the_same(tiny_vl_dir, tmp_path):
     assert torch.equal(a, b)
 
 
+def test_a_hub_format_checkpoint_takes_its_layout_from_the_preprocessor_files(tiny_vl_dir, tmp_path):
+    """A Qwen2.5-VL checkpoint troupe did not build has no ``troupe_video`` in config.json:
+    the frame size and normalisation come from its (video_)preprocessor_config.json, the
+    patch sizes from its vision config, and the engine samples from pixel rows with it."""
+    model, tok = load_causal_lm(tiny_vl_dir)
+    save_model(model, tok, tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    del cfg["troupe_video"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    mean, std = [0.5, 0.5, 0.5], [0.25, 0.25, 0.25]
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(
+        {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 28 * 28, "max_pixels": 56 * 56,
+         "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2, "image_mean": mean, "image_std": std}))
+    engine = HFRolloutEngine(str(tmp_path))
+    layout = engine.video_layout
+    assert (layout.patch_size, layout.temporal_patch_size, layout.merge_size) == (14, 2, 2)
+    assert (layout.min_pixels, layout.max_pixels, layout.mean, layout.std) == (28 * 28, 56 * 56, tuple(mean), tuple(std))
+    # The video preprocessor's file wins over the image one (Qwen2.5-VL ships both).
+    (tmp_path / "video_preprocessor_config.json").write_text(json.dumps({"size": {"shortest_edge": 784,
+                                                                                  "longest_edge": 784}}))
+    assert VideoLayout.of(engine.model.config, tmp_path).max_pixels == 784
+    rows = ColourTask().sample(2, "test", np.random.default_rng(0))
+    batch = engine.generate([r["prompt"] for r in rows], SamplingConfig(max_new_tokens=2), rows, seed=0)
+    assert batch["video_grid_thw"].tolist() == [[4, 4, 4]] * 2
+
+
 def test_video_batches_of_other_sizes_concat_and_score_as_their_parts(tiny_vl_dir):
     model, tok = load_causal_lm(tiny_vl_dir)
     model.eval()
@@ -142,6 +168,22 @@ def test_video_batches_of_other_sizes_concat_and_score_as_their_parts(tiny_vl_di
     assert torch.allclose(joint[:2, :3], parts[0], atol=1e-5)
     assert torch.allclose(joint[2:], parts[1], atol=1e-5)
     assert torch.allclose(picked[1, :3], parts[0][0], atol=1e-5)
+
+
+def test_a_batch_with_more_videos_than_tokens_per_row_generates_and_scores(tiny_vl_dir):
+    """The model's default time step per video is drawn from an iterator as long as the
+    sequence; troupe passes one per video, so a wide batch of short rows works (an eval batch
+    of a few hundred probes is wider than its ~40-token rows)."""
+    engine = HFRolloutEngine(tiny_vl_dir)
+    rows = ColourTask().sample(96, "test", np.random.default_rng(4))
+    batch = engine.generate([r["prompt"] for r in rows], SamplingConfig(temperature=1.0, max_new_tokens=2), rows,
+                            seed=0, option_letters=["ABCD"] * len(rows))
+    assert len(rows) > batch["prompt_ids"].shape[1]  # more videos than tokens per row
+    assert torch.isfinite(batch["option_logprobs"]).all()
+    m = batch["completion_mask"].bool()
+    with torch.no_grad():
+        lp = completion_forward(engine.model, batch)["logprobs"]
+    assert torch.allclose(lp[m], batch["logprobs"][m], atol=1e-4)
 
 
 def test_pixel_frames_on_a_text_model_fail_with_the_fix(tiny_model_dir):

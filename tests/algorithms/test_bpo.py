@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from troupe import Run
-from troupe.cli import main
 from troupe.algorithms.bpo.algorithm import BPO, call_advantage, claim_check
 from troupe.algorithms.bpo.config import ARMS, BPOConfig, BPOSettings
-from troupe.algorithms.bpo.evaluation import behaviour_metrics, bootstrap, item_record
+from troupe.algorithms.bpo.evaluation import behaviour_metrics, bootstrap, hard_by_type, item_record
+from troupe.cli import main
 from troupe.envs.video_qa import BehaviorTable, VideoQATask
-from troupe.envs.video_qa.items import ABST
+from troupe.envs.video_qa.items import ABST, TEMPORAL_QTYPES
 from troupe.platform.config import resolve
 from troupe.platform.errors import ConfigError
 from troupe.platform.metrics import read_metrics
@@ -38,7 +38,7 @@ def test_budget_matching_bpo_and_grpo_generate_the_same_number_of_responses(anch
     algo = _algo(anchors=anchors, num_views=num_views, per_view=per_view, prompts_per_step=8)
     items = algo.task.sample_items(8, "train", np.random.default_rng(0))
     sizes = {name: len(algo.build_pack(ARMS[name], items, np.random.default_rng(1)).prompts)
-             for name in ("bpo", "grpo", "aug_grpo", "bpo_random", "bpo_ar_literal")}
+             for name in ("bpo", "grpo", "aug_grpo", "bpo_random", "bpo_ar_literal", "bpo_flip")}
     want = 8 * (anchors + num_views * per_view)
     assert set(sizes.values()) == {want}
     assert len(algo.build_pack(ARMS["grpo_2x"], items, np.random.default_rng(1)).prompts) == 2 * want
@@ -61,6 +61,13 @@ def test_bpo_pack_structure_and_aug_grpo_labels():
     assert set(aug.labels) == {"ORIG"}  # augmentation: every view rewarded for the original answer
     assert [r["view"] for r in aug.rows] == [r["view"] for r in pack.rows]
     assert pack.letters[0] == items[0].letters
+    # bpo_flip trains with FLIP on reversed order/direction clips; its other cells are the run's.
+    items = algo.task.sample_items(40, "train", np.random.default_rng(5))
+    flip = algo.build_pack(ARMS["bpo_flip"], items, np.random.default_rng(6))
+    by_view = {(it.qtype, r["view"]): r["label"] for it, r in zip([i for i in items for _ in range(5)], flip.rows,
+                                                                 strict=True)}
+    assert by_view[("temporal_order", "reverse")] == by_view[("action_direction", "reverse")] == "FLIP"
+    assert {lab for (q, v), lab in by_view.items() if v == "reverse" and q not in TEMPORAL_QTYPES} <= {"SENS", "STAB"}
 
 
 def test_call_advantage_passes_pack_fields_only_to_estimators_that_take_them():
@@ -97,6 +104,13 @@ def test_metrics_hand_values():
     ci = bootstrap(recs, n_resamples=200, seed=0)
     for k, v in ci.items():
         assert v["lo"] <= v["value"] + 1e-9 and v["value"] <= v["hi"] + 1e-9, k
+    # By type, pooled over two "seeds" (the second one right on its hard item).
+    again = [item_record(_Item("temporal_order", 0, hard=True), 0, conf, ABST, [])]
+    assert hard_by_type([recs, again]) == {"temporal_order": {"value": pytest.approx(2 / 3), "n": 3}}
+    # A FLIP probe is sensed only when the answer moved to the other of two options.
+    flip = item_record(_Item("temporal_order", 0), 0, conf, ABST, [("FLIP", 1, conf), ("FLIP", 0, conf),
+                                                                    ("FLIP", ABST, conf)])
+    assert flip["sens"] == [True, False, False]
 
 
 def test_claim_check_reads_intervals():
@@ -135,6 +149,7 @@ def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache
         cfg = r.config
     report = (d / "report.md").read_text()
     assert "BPO against its baselines" in report and "| SFT |" in report
+    assert "Temporal-hard accuracy by question type" in report
     assert (d / "plots" / "behaviour_rates.png").is_file()
     s = json.loads((d / "summary.json").read_text())
     assert set(s["arms"]) == {"grpo", "bpo"}

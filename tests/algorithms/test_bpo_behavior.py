@@ -46,8 +46,14 @@ def test_orig_stab_abst_rewards():
     assert criterion("STAB", ABST, 2, 0.3, c_fa=0.5) == -0.5
     assert criterion("ABST", ABST, 2, 0.3) == 1.0
     assert criterion("ABST", 2, 2, 0.3) == 0.0
-    for label in ("ORIG", "STAB", "SENS", "ABST"):
+    for label in ("ORIG", "STAB", "SENS", "ABST", "FLIP"):
         assert criterion(label, INVALID, 0, 0.5) == 0.0
+    # FLIP: the other of two options earns 1, a* earns 0, abstaining costs c_fa.
+    assert criterion("FLIP", 1, 0, 0.9) == 1.0 and criterion("FLIP", 0, 1, 0.9) == 1.0
+    assert criterion("FLIP", 0, 0, 0.9) == 0.0
+    assert criterion("FLIP", ABST, 0, 0.9, c_fa=0.5) == -0.5
+    with pytest.raises(DataError, match="FLIP needs two answer options"):
+        behavior_reward("A", "FLIP", 0, 4)
     with pytest.raises(DataError, match="MAYBE"):
         criterion("MAYBE", 0, 0, 0.5)
 
@@ -111,11 +117,12 @@ def test_ar_cf_is_zero_when_the_view_repeats_the_anchor_answer():
 def test_counterfactual_baseline_matches_the_scalar_criterion():
     rng = np.random.default_rng(0)
     n_packs, size = 20, 5
-    labels = [("ORIG", "ORIG", "STAB", "SENS", "ABST")[i % size] for i in range(n_packs * size)]
+    size = 6
+    labels = [("ORIG", "ORIG", "STAB", "SENS", "ABST", "FLIP")[i % size] for i in range(n_packs * size)]
     g = torch.arange(n_packs).repeat_interleave(size)
     a = torch.tensor([lab == "ORIG" for lab in labels])
-    gold = torch.tensor(rng.integers(0, 3, n_packs)).repeat_interleave(size)
-    answers = torch.tensor(rng.choice([0, 1, 2, ABST, INVALID], n_packs * size))
+    gold = torch.tensor(rng.integers(0, 2, n_packs)).repeat_interleave(size)  # two options (FLIP's domain)
+    answers = torch.tensor(rng.choice([0, 1, ABST, INVALID], n_packs * size))
     conf = torch.tensor(rng.uniform(0, 1, n_packs * size))
     cf = counterfactual_baselines(g, a, labels, answers, gold, conf, c_fa=0.5)
     for i in range(n_packs * size):

@@ -223,3 +223,29 @@ def test_fixed_queries_ask_about_the_same_objects():
     test = task.eval_items(100)
     temporal = [it for it in test if it.qtype in ("temporal_order", "action_direction")]
     assert sum(it.hard for it in temporal) == len(temporal) // 2
+
+
+def test_order_noise_flips_what_the_frames_show_not_the_cue():
+    """§A.5's noisy order sign: frames contradict the answer at ``order_noise``, in both
+    splits; the cue (shuffle-invariant) still agrees at ``cue_strength`` and half the test
+    temporal items still break it."""
+    with pytest.raises(ConfigError, match="env.order_noise"):
+        VideoQAConfig(order_noise=0.5)
+    task = VideoQATask(qtypes=["temporal_order", "action_direction"], order_noise=0.2)
+    train = task.sample_items(6000, "train", np.random.default_rng(4))
+    test = task.eval_items(2000)
+    for its in (train, test):
+        for q in ("temporal_order", "action_direction"):
+            tq = [it for it in its if it.qtype == q]
+            flipped = np.mean([gold_from_frames(it) != it.answer for it in tq])
+            assert abs(flipped - 0.2) < 0.03, (q, flipped)
+            assert [it.meta["cue"] for it in tq] == [cue_agrees(it) for it in tq]
+    for q in ("temporal_order", "action_direction"):
+        assert abs(np.mean([cue_agrees(it) for it in train if it.qtype == q]) - 0.85) < 0.03
+        tq = [it for it in test if it.qtype == q]
+        assert sum(it.hard for it in tq) == len(tq) // 2
+        assert all(it.hard == (not cue_agrees(it)) for it in tq)
+    # Without noise no extra draw is made: the clips are those of a task without the flag.
+    plain = VideoQATask().sample_items(50, "train", np.random.default_rng(5))
+    zero = VideoQATask(order_noise=0.0).sample_items(50, "train", np.random.default_rng(5))
+    assert [it.item_id for it in plain] == [it.item_id for it in zero]

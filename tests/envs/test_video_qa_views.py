@@ -178,6 +178,8 @@ def test_behavior_table_default_and_validation():
         BehaviorTable.from_dict({"sport": {"null": "ABST"}})
     with pytest.raises(DataError, match=r"unknown view 'blur'.*shuffle"):
         BehaviorTable.from_dict({"counting": {"blur": "SENS"}})
+    with pytest.raises(DataError, match="FLIP applies to the reverse view only"):
+        BehaviorTable.from_dict({"temporal_order": {"shuffle": "FLIP"}})
     with pytest.raises(DataError, match=r"unknown label 'KEEP'.*STAB, SENS, ABST"):
         BehaviorTable.from_dict({"counting": {"mask": "KEEP"}})
     with pytest.raises(DataError, match="unknown view 'orig'"):
@@ -186,6 +188,20 @@ def test_behavior_table_default_and_validation():
         t.label("sport", "null")
     with pytest.raises(DataError, match="unknown view"):
         t.label("counting", "blur")
+
+
+def test_flip_on_reverse_for_two_option_items_only(items):
+    t, rng = BehaviorTable.from_dict({"temporal_order": {"reverse": "FLIP"}, "counting": {"reverse": "FLIP"}}), \
+        np.random.default_rng(0)
+    drawn = set()
+    for _ in range(20):
+        sel, skipped = select_views(of_type(items, "temporal_order"), t, 3, rng)
+        assert skipped == 0 and sel[2] == ("null", "ABST") and dict(sel).get("reverse", "FLIP") == "FLIP"
+        drawn |= set(sel)
+        # Counting has three answer options: its FLIP cell is never drawn.
+        sel, _ = select_views(of_type(items, "counting"), t, 3, rng)
+        assert "reverse" not in dict(sel)
+    assert ("reverse", "FLIP") in drawn
 
 
 def test_select_views_composition(items):

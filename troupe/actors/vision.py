@@ -251,5 +251,9 @@ def video_inputs(config: Any, input_ids: Any, pixel_values_videos: Any, video_gr
         return {}
     keep = torch.arange(pixel_values_videos.shape[1], device=n.device)[None] < n[:, None]
     types = (input_ids == config.video_token_id).long() * VIDEO_TOKEN_TYPE
-    return {"pixel_values_videos": pixel_values_videos[keep], "video_grid_thw": video_grid_thw[n > 0],
-            "mm_token_type_ids": types}
+    grids = video_grid_thw[n > 0]
+    # One time step per temporal grid for every video, passed explicitly: left out, the model
+    # draws its default from an iterator as long as the *sequence*, which runs dry (StopIteration)
+    # in a batch holding more videos than tokens per row.
+    return {"pixel_values_videos": pixel_values_videos[keep], "video_grid_thw": grids,
+            "second_per_grid_ts": torch.ones(len(grids), device=grids.device), "mm_token_type_ids": types}

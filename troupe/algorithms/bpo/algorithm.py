@@ -29,6 +29,7 @@ from troupe.algorithms.bpo.evaluation import (
     behaviour_metrics,
     bootstrap,
     fmt_ci,
+    hard_by_type,
     item_record,
     separated,
 )
@@ -164,9 +165,10 @@ class BPO(Algorithm):
         s = self.config.bpo
         prompts, rows, gids, anchor, labels = [], [], [], [], []
         skipped = 0
+        table = self.table if arm.table is None else arm_table(self.config.bpo.behavior_table, arm.table)
         for j, item in enumerate(items):
             if arm.views:
-                picked, n_skip = select_views(item, self.table, s.num_views, rng, random_views=arm.random_views)
+                picked, n_skip = select_views(item, table, s.num_views, rng, random_views=arm.random_views)
                 skipped += n_skip
                 plan = [("orig", "ORIG")] * s.anchors + [(v, lab) for v, lab in picked for _ in range(s.per_view)]
             else:
@@ -263,7 +265,7 @@ class BPO(Algorithm):
                 by_label.setdefault(lab, []).append(float(r[i]))
                 a = int(answers[i])
                 met &= {"ORIG": a == int(gold[i]), "STAB": a == int(gold[i]), "SENS": a != int(gold[i]),
-                        "ABST": a == -1}[lab]
+                        "ABST": a == -1, "FLIP": a == 1 - int(gold[i])}[lab]
             scores.append(sum(np.mean(v) for v in by_label.values()) + self.config.bpo.pack_bonus * met)
         return float(np.mean(scores))
 
@@ -360,8 +362,10 @@ class BPO(Algorithm):
             first, last = min(recs), max(recs)
             if "sft" not in out:  # every arm starts from the same checkpoint: step 0 is the SFT row
                 out["sft"] = bootstrap(recs[first], c.eval.bootstrap, seed=c.run.seed)
+                out["sft_hard_by_type"] = hard_by_type([recs[first]])
             out["arms"][name] = {"step": last, **arm_summary(name, c.bpo),
-                                 "metrics": bootstrap(recs[last], c.eval.bootstrap, seed=c.run.seed)}
+                                 "metrics": bootstrap(recs[last], c.eval.bootstrap, seed=c.run.seed),
+                                 "hard_by_type": hard_by_type([recs[last]])}
         out["claim"] = claim_check(out["arms"])
         if getattr(self, "data_skipped", None):
             out["data_skipped"] = self.data_skipped
@@ -407,6 +411,14 @@ class BPO(Algorithm):
         for name, a in arms.items():
             lines.append(f"| {name} (step {a['step']}) | {a['responses_per_prompt']} | "
                          + " | ".join(fmt_ci(a["metrics"].get(m)) for m in METRICS) + " |")
+        by_type = {"SFT": summary.get("sft_hard_by_type") or {},
+                   **{name: a.get("hard_by_type") or {} for name, a in arms.items()}}
+        qtypes = sorted({q for v in by_type.values() for q in v})
+        if qtypes:
+            lines += ["", "Temporal-hard accuracy by question type (items):", "",
+                      "| policy | " + " | ".join(qtypes) + " |", "|" + "---|" * (len(qtypes) + 1)]
+            lines += [f"| {name} | " + " | ".join(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–"
+                                                   for q in qtypes) + " |" for name, v in by_type.items()]
         claim = summary.get("claim")
         if claim:
             lines += ["", "### The claim (§A.5), as measured", ""] + [f"- {line}" for line in claim["lines"]]
@@ -416,6 +428,14 @@ class BPO(Algorithm):
         lines += ["", "![behaviour rates](plots/behaviour_rates.png)", "",
                   f"Policy started from the SFT checkpoint `{summary.get('model_path') or '?'}`."]
         return ["\n".join(lines)]
+
+
+def arm_table(section: dict[str, dict[str, Any]] | None, cells: dict[str, dict[str, str]]) -> BehaviorTable:
+    """The run's behaviour table (``bpo.behavior_table`` over §A.2's default) with an arm's cells on top."""
+    rows = {q: dict(r) for q, r in (section or {}).items()}
+    for qtype, row in cells.items():
+        rows.setdefault(qtype, {}).update(row)
+    return BehaviorTable.from_dict(rows)
 
 
 def claim_check(arms: dict[str, Any]) -> dict[str, Any] | None:

@@ -2,7 +2,9 @@
 anchor-relative advantages (shared/ALGORITHMS.md §A.2 steps 4–5).
 
 Labels: ORIG (an anchor on the original view), STAB (the answer must stay a*), SENS (key
-evidence removed: the answer must not stay confidently a*), ABST (no evidence: abstain).
+evidence removed: the answer must not stay confidently a*), ABST (no evidence: abstain), and
+FLIP, an option beyond §A.2: a reversed two-option order/direction question must take the
+other option (``1 - a*``), scored like STAB against that answer.
 Answers are option indices, ``ABST`` (-1) or ``INVALID`` (-2), as `parse_answer` returns.
 """
 
@@ -18,7 +20,7 @@ from troupe.envs.video_qa.items import ABST, INVALID, LETTERS, parse_answer
 from troupe.platform.errors import DataError
 from troupe.platform.registry import ADVANTAGES, REWARDS
 
-LABELS = ("ORIG", "STAB", "SENS", "ABST")
+LABELS = ("ORIG", "STAB", "SENS", "ABST", "FLIP")
 LABEL_CODE = {name: i for i, name in enumerate(LABELS)}
 
 
@@ -41,6 +43,8 @@ def criterion(label: str, answer: int, gold: int, conf_gold: float, c_fa: float 
         return 1.0 - float(answer == gold) * conf_gold
     if label == "ABST":
         return float(answer == ABST)
+    if label == "FLIP":  # two options: the other one is 1 - a*
+        return float(answer == 1 - gold) - c_fa * float(answer == ABST)
     raise DataError(f"behaviour label {label!r} is not one of {', '.join(LABELS)}")
 
 
@@ -55,6 +59,9 @@ def behavior_reward(completion: str, label: str, gold: int, num_options: int,
                     option_logprobs: torch.Tensor | None = None, c_fa: float = 0.5, r_fmt: float = 0.1,
                     **_: Any) -> dict[str, float]:
     """The row's behaviour reward, its parsed answer and c_v(a*) (for baselines and metrics)."""
+    if label == "FLIP" and num_options != 3:
+        raise DataError(f"behaviour label FLIP needs two answer options plus the abstain option, got "
+                        f"{num_options} options")
     answer = parse_answer(completion, num_options)
     conf_gold = float(letter_probs(option_logprobs, num_options)[gold]) if option_logprobs is not None else 1.0
     r = criterion(label, answer, gold, conf_gold, c_fa)
@@ -99,6 +106,9 @@ def counterfactual_baselines(group_ids: torch.Tensor, is_anchor: torch.Tensor, l
     stab = frac["correct"] - c_fa * frac["abst"]
     base = torch.where(codes == LABEL_CODE["SENS"], (1 - frac["invalid"]) - frac["correct"] * conf, stab)
     base = torch.where(codes == LABEL_CODE["ABST"], frac["abst"], base)
+    # FLIP (two options): an anchor earns it by having answered the other option.
+    other = 1 - frac["correct"] - frac["abst"] - frac["invalid"]
+    base = torch.where(codes == LABEL_CODE["FLIP"], other - c_fa * frac["abst"], base)
     return torch.where(is_anchor, torch.full_like(base, math.nan), base)
 
 

@@ -30,6 +30,9 @@ class Arm:
     advantage: str | None = None  # None: bpo.adv_mode
     group_scale: int = 1  # GRPO's group size in pack sizes
     random_views: bool = False  # type-agnostic views (labels still from the table)
+    # Cells laid over the run's behaviour table for this arm's training packs only (evaluation
+    # keeps the run's table, so every arm is measured the same way).
+    table: dict[str, dict[str, str]] | None = None
 
 
 # The baselines of §A.3 by name. SFT is every arm's step-0 evaluation.
@@ -40,6 +43,8 @@ ARMS: dict[str, Arm] = {
     "aug_grpo": Arm(views=True, reward="orig", advantage="grpo"),
     "bpo_random": Arm(views=True, random_views=True),
     **{f"bpo_{m}": Arm(views=True, advantage=m) for m in ADV_MODES},
+    # Beyond §A.3: a reversed order/direction clip demands the other answer, not just any change.
+    "bpo_flip": Arm(views=True, table={"temporal_order": {"reverse": "FLIP"}, "action_direction": {"reverse": "FLIP"}}),
 }
 
 

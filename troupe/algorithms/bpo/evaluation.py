@@ -31,7 +31,8 @@ def item_record(item: Any, orig: int, conf_orig: np.ndarray, null_answer: int,
                 views: Sequence[tuple[str, int, np.ndarray]], conf_drop: float = 0.3) -> dict[str, Any]:
     """One test item's outcomes. ``views`` holds ``(label, answer, letter probs)`` per probe;
     a SENS probe counts as sensed when the answer changed or the original answer's
-    confidence dropped by more than ``conf_drop``."""
+    confidence dropped by more than ``conf_drop``; a FLIP probe (in ``sens`` too) only when
+    the answer moved to the other of two options."""
     stab, sens = [], []
     for label, answer, conf in views:
         if label == "STAB":
@@ -39,6 +40,8 @@ def item_record(item: Any, orig: int, conf_orig: np.ndarray, null_answer: int,
         elif label == "SENS":
             dropped = orig >= 0 and float(conf_orig[orig] - conf[orig]) > conf_drop
             sens.append(bool(answer != orig or dropped))
+        elif label == "FLIP":
+            sens.append(bool(orig in (0, 1) and answer == 1 - orig))
     # Macro accuracy averages over question types on the synthetic task, over benchmarks on real data.
     group = item.qtype if getattr(item, "source", "synthetic") == "synthetic" else item.source
     return {"item_id": item.item_id, "qtype": item.qtype, "group": group, "hard": bool(item.hard),
@@ -67,6 +70,17 @@ def behaviour_metrics(records: Sequence[dict[str, Any]]) -> dict[str, float]:
         "sensitivity": _mean([x for r in records for x in r["sens"]]),
         "false_abstention": _mean([r["orig"] == ABST for r in records]),
     }
+
+
+def hard_by_type(records_by_seed: Sequence[Sequence[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Temporal-hard accuracy of each question type, pooled over seeds, with its item count: the
+    two temporal types can move apart (one read from the frames while the other follows the cue)."""
+    by: dict[str, list[bool]] = {}
+    for records in records_by_seed:
+        for r in records:
+            if r["hard"]:
+                by.setdefault(r["qtype"], []).append(r["correct"])
+    return {q: {"value": sum(v) / len(v), "n": len(v)} for q, v in sorted(by.items())}
 
 
 def bootstrap(records: Sequence[dict[str, Any]], n_resamples: int = 1000, seed: int = 0,

@@ -17,6 +17,11 @@ evidence. The spurious cue is invariant under frame shuffling:
 * ``action_direction``: the mover's row predicts its direction (top rows <-> left,
   bottom rows <-> right; the middle row is never used by a mover).
 
+``order_noise`` is §A.5's noisy perception of order: with that probability a temporal item's
+frames show the order (or the direction of motion) opposite to its answer, in both splits, so
+reading the frames is right at most ``1 - order_noise`` of the time while the cue is right
+``cue_strength`` of the time in training. At 0 (the default) the frames always agree.
+
 Train items follow the cue with probability ``cue_strength``; in the test split temporal
 items alternate cue-following / cue-breaking (``hard=True``) per type, so exactly half of each
 temporal type is hard when its count is even. Non-temporal items are never hard.
@@ -63,6 +68,9 @@ class VideoQAConfig:
     # existence query; the attribute and counting shapes), as in §A.5's benchmark (X=0, Y=1).
     # A small policy then only has to perceive, not also bind a question to the frames.
     fixed_queries: bool = False
+    # §A.5's perceptual bottleneck: the probability that a temporal item's frames contradict
+    # its answer (order of first appearance, direction of motion). See the module docstring.
+    order_noise: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(key: str, why: str) -> ConfigError:
@@ -81,6 +89,8 @@ class VideoQAConfig:
             raise bad("shapes", f"expected at least 2 distinct shapes from {', '.join(SHAPES)}")
         if not 0.0 <= self.cue_strength <= 1.0:
             raise bad("cue_strength", "expected a probability in [0, 1]")
+        if not 0.0 <= self.order_noise < 0.5:
+            raise bad("order_noise", "expected a probability in [0, 0.5): at 0.5 the frames carry no order")
         if not self.qtypes or any(q not in SYNTH_QTYPES for q in self.qtypes):
             raise bad("qtypes", f"expected a non-empty list from {', '.join(SYNTH_QTYPES)}")
         if not 0.0 < self.test_fraction < 1.0:
@@ -201,8 +211,17 @@ class VideoQATask:
         return self._names(rng, k) if not self.config.fixed_queries else (
             fixed + self._names(rng, k - len(fixed), exclude=tuple(fixed)))
 
+    def _flip(self, rng: np.random.Generator) -> bool:
+        """Whether this temporal item's frames contradict its answer (``order_noise``).
+        No draw at 0, so clips without noise are the same as before the flag existed."""
+        p = self.config.order_noise
+        return bool(p > 0 and rng.random() < p)
+
     def _temporal_order(self, rng, follow):
-        na_gt_nb = [o for o in self._orders if (o[1] > o[3]) == follow]
+        flip = self._flip(rng)
+        # The cue points at the answer: the first-appearing object when the frames are right,
+        # the second when they are flipped.
+        na_gt_nb = [o for o in self._orders if (o[1] > o[3]) == (follow != flip)]
         a, na, b, nb = na_gt_nb[int(rng.integers(len(na_gt_nb)))]
         n = self._num_objects(rng)
         pair = [self._fixed(0), self._fixed(1)]
@@ -214,14 +233,17 @@ class VideoQATask:
             options = sorted([first, second])
         else:
             options = [first, second] if rng.random() < 0.5 else [second, first]
-        return objs, "Which object appears first?", options, options.index(first), (a, b), None, na > nb
+        answer = options.index(second if flip else first)
+        return objs, "Which object appears first?", options, answer, (a, b), None, follow
 
     def _action_direction(self, rng, follow):
         c = self.config
         g, half = c.grid, c.grid // 2
-        left = bool(rng.random() < 0.5)
-        cue_rows = range(half) if left else range(g - half, g)  # top <-> left, bottom <-> right
-        rows = cue_rows if follow else (range(g - half, g) if left else range(half))
+        flip = self._flip(rng)
+        left = bool(rng.random() < 0.5)  # the direction the frames show
+        says_left = left != flip  # the answer
+        top, bottom = range(half), range(g - half, g)  # the cue: top <-> left, bottom <-> right
+        rows = (top if says_left else bottom) if follow else (bottom if says_left else top)
         y = int(rng.choice(list(rows)))
         s, n = self._span(rng, 3, min(g, c.num_frames))
         if left:
@@ -233,7 +255,7 @@ class VideoQATask:
         k = self._num_objects(rng)
         mover, *others = self._queried(rng, k, [self._fixed(2)])
         objs = [_Obj(mover, s, path), *self._statics(rng, others, self._distractor_spans(rng, k - 1), avoid_row=y)]
-        return objs, f"Which way does the {mover} move?", ["left", "right"], int(not left), (s, s + n - 1), mover, follow
+        return objs, f"Which way does the {mover} move?", ["left", "right"], int(not says_left), (s, s + n - 1), mover, follow
 
     def _object_attribute(self, rng, follow):
         c = self.config

@@ -29,7 +29,9 @@ from troupe.envs.video_qa.pixels import fill_box
 from troupe.platform.errors import DataError
 
 VIEWS = ("orig", "shuffle", "reverse", "mask", "occlude", "null")
-LABELS = ("STAB", "SENS", "ABST")
+# FLIP is not in §A.2's table: on a reversed clip a two-option order or direction question
+# must take the *other* option (SENS accepts any move off a*, abstaining included).
+LABELS = ("STAB", "SENS", "ABST", "FLIP")
 _EMPTY = (None, "", "-", "—")  # a cell the view is not used for
 
 _DEFAULT_ROWS = {
@@ -130,7 +132,8 @@ def apply_view(item: VideoItem, view: str, rng: np.random.Generator | None = Non
 
 
 class BehaviorTable:
-    """``rows[qtype][view] -> "STAB" | "SENS" | "ABST"``; an absent cell means the view is unused.
+    """``rows[qtype][view] -> "STAB" | "SENS" | "ABST" | "FLIP"``; an absent cell means the view is
+    unused. FLIP is for ``reverse`` only (the view whose answer is known to swap).
 
     ``BehaviorTable()`` is §A.2's default. ``BehaviorTable.from_dict(section)`` reads a config
     section ``{qtype: {view: label}}``; with ``merge=True`` (default) each given row is laid
@@ -155,6 +158,9 @@ class BehaviorTable:
                 if lab not in LABELS:
                     raise DataError(f"behaviour table: unknown label {label!r} at ({qtype}, {view}); "
                                     f"allowed: {', '.join(LABELS)} or null")
+                if lab == "FLIP" and view != "reverse":
+                    raise DataError(f"behaviour table: FLIP at ({qtype}, {view}); FLIP applies to the reverse "
+                                    f"view only, where the answer of an order or direction question swaps")
                 clean[view] = lab
             self.rows[qtype] = clean
 
@@ -201,7 +207,9 @@ def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.rand
         raise DataError(f"select_views: m={m}; expected at least 1")
     rng = np.random.default_rng() if rng is None else rng
     row = table.row(item.qtype)
-    cands = {v: lab for v, lab in row.items() if unavailable_field(item, v) is None}
+    # FLIP needs exactly two answer options (plus the abstain option) to name "the other one".
+    cands = {v: lab for v, lab in row.items() if unavailable_field(item, v) is None
+             and (lab != "FLIP" or len(item.options) == 3)}
     skipped = len(row) - len(cands)
     if not cands:
         raise DataError(f"item {item.item_id!r}: no usable view for question type {item.qtype!r} "
@@ -215,7 +223,7 @@ def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.rand
         picked = [views[i] for i in rng.permutation(len(views))[:m]]
     else:
         # Fill the scarce slots first so the STAB-or-SENS slot cannot steal the only SENS view.
-        slots = [("STAB", "SENS"), ("SENS",), ("ABST",)][:m] + [tuple(LABELS)] * max(0, m - 3)
+        slots = [("STAB", "SENS", "FLIP"), ("SENS", "FLIP"), ("ABST",)][:m] + [tuple(LABELS)] * max(0, m - 3)
         picked_at: dict[int, str] = {}
         for i in sorted(range(len(slots)), key=lambda i: (len(slots[i]), i)):
             unused = [v for v in views if v not in picked_at.values()]
