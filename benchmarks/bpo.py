@@ -11,6 +11,8 @@ Part 4 adds §A.5's noisy perception of order (``task.order_noise``: the frames 
 temporal answer with that probability), so that reading the order is less reliable than the
 cue and the SFT model has a reason to lean on the cue; it also trains `bpo_flip`, where a
 reversed order/direction clip must take the other answer (SENS accepts any move off a*).
+Part 5 runs GRPO and BPO on the pixel rendering through the tiny vision-language model
+(preset `vl-cpu`: 112 px frames, one vision token per grid cell), 200 test items.
 Results go to benchmarks/results/bpo.json (parts not run keep their saved figures); every
 figure is as measured.
 
@@ -38,7 +40,8 @@ NOISE_ARMS = ["grpo", "bpo", "bpo_flip"]  # bpo_flip: reversed order/direction c
 METRICS = ("macro_acc", "temporal_hard_acc", "abstain_f1", "stability", "sensitivity", "false_abstention")
 
 
-def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: list[str]) -> dict[str, Any]:
+def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: list[str],
+          preset: str | None = None) -> dict[str, Any]:
     """One run of `bpo` with ``arms``; returns each arm's final eval records and the SFT's."""
     from troupe.platform.driver import Run
 
@@ -47,7 +50,7 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
     if steps is not None:
         ov.append(f"run.steps={steps}")
     t0 = time.perf_counter()
-    with Run("bpo", overrides=ov, out=out) as run:
+    with Run("bpo", preset=preset, overrides=ov, out=out) as run:
         summary = run.run()
     records = {}
     for arm in arms:
@@ -61,13 +64,18 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
 
 def table(records_by_seed: dict[str, list[list[dict]]], n_boot: int) -> dict[str, Any]:
     """Per arm: pooled value and 95% interval of each metric, and the per-seed values."""
-    from troupe.algorithms.bpo.evaluation import behaviour_metrics, hard_by_type, pooled_bootstrap
+    from troupe.algorithms.bpo.evaluation import (
+        accuracy_by_type,
+        behaviour_metrics,
+        hard_by_type,
+        pooled_bootstrap,
+    )
 
     out = {}
     for arm, per_seed in records_by_seed.items():
         out[arm] = {"pooled": pooled_bootstrap(per_seed, n_boot),
                     "per_seed": [behaviour_metrics(r) for r in per_seed],
-                    "hard_by_type": hard_by_type(per_seed)}
+                    "hard_by_type": hard_by_type(per_seed), "accuracy_by_type": accuracy_by_type(per_seed)}
     return out
 
 
@@ -101,7 +109,7 @@ def main() -> None:
     ap.add_argument("--sweep-seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the config's)")
     ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--parts", default="main,pack,cue,noise")
+    ap.add_argument("--parts", default="main,pack,cue,noise,pixels")
     ap.add_argument("--work", default="/tmp/troupe-bench-bpo", help="run directories go here")
     ap.add_argument("--out", default=str(ROOT / "results" / "bpo.json"))
     args = ap.parse_args()
@@ -170,6 +178,15 @@ def main() -> None:
             for arm, r in rows.items():
                 print(f"  {arm:<6} temporal-hard by type: {r['hard_by_type']}")
             save()
+
+    if "pixels" in parts:
+        runs = [train(work / f"pixels-s{s}", ["grpo", "bpo"], s, args.steps, ["eval.num_prompts=200"], preset="vl-cpu")
+                for s in range(args.sweep_seeds)]
+        rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
+        result["pixels"] = {"preset": "vl-cpu", "arms": rows, "verdict": verdict(rows),
+                            "wall_s": [r["wall_s"] for r in runs]}
+        print_table("Part 5: pixel rendering, tiny vision-language model (vl-cpu)", rows)
+        save()
 
     save()
     print(f"\nwrote {out} ({time.perf_counter() - t_all:.0f}s)")

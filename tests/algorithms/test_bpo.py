@@ -13,7 +13,13 @@ import torch
 from troupe import Run
 from troupe.algorithms.bpo.algorithm import BPO, call_advantage, claim_check
 from troupe.algorithms.bpo.config import ARMS, BPOConfig, BPOSettings
-from troupe.algorithms.bpo.evaluation import behaviour_metrics, bootstrap, hard_by_type, item_record
+from troupe.algorithms.bpo.evaluation import (
+    accuracy_by_type,
+    behaviour_metrics,
+    bootstrap,
+    hard_by_type,
+    item_record,
+)
 from troupe.cli import main
 from troupe.envs.video_qa import BehaviorTable, VideoQATask
 from troupe.envs.video_qa.items import ABST, TEMPORAL_QTYPES
@@ -107,6 +113,7 @@ def test_metrics_hand_values():
     # By type, pooled over two "seeds" (the second one right on its hard item).
     again = [item_record(_Item("temporal_order", 0, hard=True), 0, conf, ABST, [])]
     assert hard_by_type([recs, again]) == {"temporal_order": {"value": pytest.approx(2 / 3), "n": 3}}
+    assert accuracy_by_type([recs]) == {"counting": {"value": 0.5, "n": 2}, "temporal_order": {"value": 0.5, "n": 2}}
     # A FLIP probe is sensed only when the answer moved to the other of two options.
     flip = item_record(_Item("temporal_order", 0), 0, conf, ABST, [("FLIP", 1, conf), ("FLIP", 0, conf),
                                                                     ("FLIP", ABST, conf)])
@@ -176,7 +183,7 @@ def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache
 
 def test_every_preset_resolves():
     names = sorted(p.stem for p in BPO.presets_dir().glob("*.yaml"))
-    assert {"smoke", "baselines", "adv-modes", "vl-smoke", "vl-gpu"} <= set(names)
+    assert {"smoke", "baselines", "adv-modes", "vl-smoke", "vl-cpu", "vl-gpu"} <= set(names)
     for name in names:
         cfg = resolve(BPOConfig, BPO.presets_dir(), name, [])
         assert cfg.bpo.pack_size >= 2

@@ -72,15 +72,22 @@ def behaviour_metrics(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def hard_by_type(records_by_seed: Sequence[Sequence[dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """Temporal-hard accuracy of each question type, pooled over seeds, with its item count: the
-    two temporal types can move apart (one read from the frames while the other follows the cue)."""
+def accuracy_by_type(records_by_seed: Sequence[Sequence[dict[str, Any]]], hard_only: bool = False,
+                     ) -> dict[str, dict[str, float]]:
+    """Accuracy of each question type (of its temporal-hard items with ``hard_only``), pooled
+    over seeds, with its item count."""
     by: dict[str, list[bool]] = {}
     for records in records_by_seed:
         for r in records:
-            if r["hard"]:
+            if r["hard"] or not hard_only:
                 by.setdefault(r["qtype"], []).append(r["correct"])
     return {q: {"value": sum(v) / len(v), "n": len(v)} for q, v in sorted(by.items())}
+
+
+def hard_by_type(records_by_seed: Sequence[Sequence[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Temporal-hard accuracy of each type: the two temporal types can move apart (one read
+    from the frames while the other follows the cue)."""
+    return accuracy_by_type(records_by_seed, hard_only=True)
 
 
 def bootstrap(records: Sequence[dict[str, Any]], n_resamples: int = 1000, seed: int = 0,
