@@ -18,6 +18,7 @@ figure is as measured.
 
     python benchmarks/bpo.py                       # 3 seeds, all parts: about 1-1.5 h on 2 cores
     python benchmarks/bpo.py --seeds 1 --sweep-seeds 1 --steps 100   # a quick look
+    python benchmarks/bpo.py --parts noise --set eval.num_prompts=600  # more temporal-hard items
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--parts", default="main,pack,cue,noise,pixels")
     ap.add_argument("--work", default="/tmp/troupe-bench-bpo", help="run directories go here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run, after each part's own (e.g. eval.num_prompts=600)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bpo.json"))
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -119,9 +122,12 @@ def main() -> None:
     # Parts not run this time keep their saved figures (and the settings they were run with).
     result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     run_info = {"machine": {"platform": platform.platform(), "python": platform.python_version()},
-                "seeds": args.seeds, "sweep_seeds": args.sweep_seeds, "steps": args.steps}
+                "seeds": args.seeds, "sweep_seeds": args.sweep_seeds, "steps": args.steps, "set": args.set}
     result.setdefault("runs", {})
     t_all = time.perf_counter()
+
+    def go(name: str, arms: list[str], seed: int, overrides: list[str], preset: str | None = None) -> dict[str, Any]:
+        return train(work / name, arms, seed, args.steps, [*overrides, *args.set], preset)
 
     def save() -> None:  # after every part: a long run interrupted keeps what it measured
         result["runs"][",".join(sorted(parts))] = {**run_info, "wall_s": time.perf_counter() - t_all}
@@ -133,7 +139,7 @@ def main() -> None:
     main_runs: list[dict] = []
     if "main" in parts:
         for s in range(args.seeds):
-            main_runs.append(train(work / f"main-s{s}", ARMS_MAIN, s, args.steps, []))
+            main_runs.append(go(f"main-s{s}", ARMS_MAIN, s, []))
             print(f"main seed {s}: {main_runs[-1]['wall_s']:.0f}s", flush=True)
         by_arm = {arm: [r["records"][arm] for r in main_runs] for arm in ["sft", *ARMS_MAIN]}
         rows = table(by_arm, args.bootstrap)
@@ -146,7 +152,7 @@ def main() -> None:
         result["pack_sweep"] = {}
         for size, shape in PACKS.items():
             ov = [f"bpo.{k}={v}" for k, v in shape.items()]
-            runs = [train(work / f"pack{size}-s{s}", ["grpo", "bpo"], s, args.steps, ov) for s in range(args.sweep_seeds)]
+            runs = [go(f"pack{size}-s{s}", ["grpo", "bpo"], s, ov) for s in range(args.sweep_seeds)]
             rows = table({arm: [r["records"][arm] for r in runs] for arm in ("grpo", "bpo")}, args.bootstrap)
             result["pack_sweep"][str(size)] = {"shape": shape, "arms": rows, "verdict": verdict(rows)}
             print_table(f"Part 2: pack size {size} {shape}", rows)
@@ -158,7 +164,7 @@ def main() -> None:
             if cue == 0.85 and main_runs:  # the default: part 1's GRPO and BPO arms (arms train independently)
                 runs = main_runs[: args.sweep_seeds]
             else:
-                runs = [train(work / f"cue{cue}-s{s}", ["grpo", "bpo"], s, args.steps, [f"task.cue_strength={cue}"])
+                runs = [go(f"cue{cue}-s{s}", ["grpo", "bpo"], s, [f"task.cue_strength={cue}"])
                         for s in range(args.sweep_seeds)]
             rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
             result["cue_sweep"][str(cue)] = {"arms": rows, "verdict": verdict(rows)}
@@ -169,7 +175,7 @@ def main() -> None:
         result["noise_sweep"] = {}
         for noise, cue in NOISY:
             ov = [f"task.order_noise={noise}", f"task.cue_strength={cue}"]
-            runs = [train(work / f"noise{noise}-cue{cue}-s{s}", NOISE_ARMS, s, args.steps, ov)
+            runs = [go(f"noise{noise}-cue{cue}-s{s}", NOISE_ARMS, s, ov)
                     for s in range(args.sweep_seeds)]
             rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", *NOISE_ARMS)}, args.bootstrap)
             result["noise_sweep"][f"noise{noise}-cue{cue}"] = {"order_noise": noise, "cue_strength": cue,
@@ -180,7 +186,7 @@ def main() -> None:
             save()
 
     if "pixels" in parts:
-        runs = [train(work / f"pixels-s{s}", ["grpo", "bpo"], s, args.steps, ["eval.num_prompts=200"], preset="vl-cpu")
+        runs = [go(f"pixels-s{s}", ["grpo", "bpo"], s, ["eval.num_prompts=200"], preset="vl-cpu")
                 for s in range(args.sweep_seeds)]
         rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
         result["pixels"] = {"preset": "vl-cpu", "arms": rows, "verdict": verdict(rows),
