@@ -129,6 +129,10 @@ def test_claim_check_reads_intervals():
     assert good["holds"]
     bad = claim_check({"bpo": arm(ci(0.35), ci(0.9), ci(0.5)), "grpo": arm(ci(0.3), ci(0.0), ci(0.72))})
     assert not bad["temporal_hard"] and bad["abstain_f1"] and not bad["macro_not_lower"] and not bad["holds"]
+    # 2x GRPO reaches BPO's abstention F1 (intervals overlap): the gap it had is closed.
+    two = claim_check({"bpo": arm(ci(0.35), ci(0.9), ci(0.5)), "grpo": arm(ci(0.3), ci(0.0), ci(0.72)),
+                       "grpo_2x": arm(ci(0.3), ci(0.85), ci(0.72))})
+    assert two["grpo_2x_closes_gap"] == {"abstain_f1": True} and "closes the gap on abstain_f1" in two["lines"][-1]
 
 
 def test_config_errors_name_the_key():

@@ -13,6 +13,7 @@ from troupe.algorithms.bpo.behavior import (
     ar_cf,
     ar_literal,
     behavior_reward,
+    behaviour_met,
     counterfactual_baselines,
     criterion,
     letter_probs,
@@ -48,6 +49,9 @@ def test_orig_stab_abst_rewards():
     assert criterion("ABST", 2, 2, 0.3) == 0.0
     for label in ("ORIG", "STAB", "SENS", "ABST", "FLIP"):
         assert criterion(label, INVALID, 0, 0.5) == 0.0
+    met = [behaviour_met(lab, a, 1) for lab, a in (("ORIG", 1), ("STAB", 0), ("SENS", 0), ("SENS", 1),
+                                                      ("ABST", ABST), ("FLIP", 0), ("FLIP", ABST))]
+    assert met == [True, False, True, False, True, True, False]
     # FLIP: the other of two options earns 1, a* earns 0, abstaining costs c_fa.
     assert criterion("FLIP", 1, 0, 0.9) == 1.0 and criterion("FLIP", 0, 1, 0.9) == 1.0
     assert criterion("FLIP", 0, 0, 0.9) == 0.0

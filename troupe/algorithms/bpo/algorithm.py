@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from troupe.algorithms.bpo.behavior import TypeEMA, counterfactual_baselines, label_codes, letter_probs
+from troupe.algorithms.bpo.behavior import (
+    TypeEMA,
+    behaviour_met,
+    counterfactual_baselines,
+    label_codes,
+    letter_probs,
+)
 from troupe.algorithms.bpo.config import ARMS, Arm, BPOConfig, arm_summary
 from troupe.algorithms.bpo.evaluation import (
     METRIC_TITLES,
@@ -263,9 +269,7 @@ class BPO(Algorithm):
             for i in idx:
                 lab = pack.labels[i]
                 by_label.setdefault(lab, []).append(float(r[i]))
-                a = int(answers[i])
-                met &= {"ORIG": a == int(gold[i]), "STAB": a == int(gold[i]), "SENS": a != int(gold[i]),
-                        "ABST": a == -1, "FLIP": a == 1 - int(gold[i])}[lab]
+                met &= behaviour_met(lab, int(answers[i]), int(gold[i]))
             scores.append(sum(np.mean(v) for v in by_label.values()) + self.config.bpo.pack_bonus * met)
         return float(np.mean(scores))
 
@@ -453,15 +457,18 @@ def claim_check(arms: dict[str, Any]) -> dict[str, Any] | None:
              f" → {'BPO higher, intervals apart' if f1 else 'not separated'}",
              f"macro accuracy: BPO {fmt_ci(b['macro_acc'])} vs GRPO {fmt_ci(g['macro_acc'])}"
              f" → {'not lower' if macro else 'BPO lower'}"]
+    out: dict[str, Any] = {"temporal_hard": hard, "abstain_f1": f1, "macro_not_lower": macro,
+                           "holds": hard and f1 and macro}
     if "grpo_2x" in arms:
+        # On each metric where BPO is apart from GRPO: does 2x GRPO reach BPO (intervals overlap)?
         g2 = arms["grpo_2x"]["metrics"]
         gaps = [m for m, apart in (("temporal_hard_acc", hard), ("abstain_f1", f1)) if apart]
-        closed = [m for m in gaps if not separated(b[m], g2[m])]
+        out["grpo_2x_closes_gap"] = {m: not separated(b[m], g2[m]) for m in gaps}
+        closed = [m for m in gaps if out["grpo_2x_closes_gap"][m]]
         lines.append("GRPO with 2× rollouts: " + ("no gap to close" if not gaps else
                      f"closes the gap on {', '.join(closed)}" if closed else
                      "does not close the gap (" + "; ".join(f"{m} {fmt_ci(g2[m])}" for m in gaps) + ")"))
-    return {"temporal_hard": hard, "abstain_f1": f1, "macro_not_lower": macro, "holds": hard and f1 and macro,
-            "lines": lines}
+    return {**out, "lines": lines}
 
 
 def call_advantage(fn: Any, rewards: torch.Tensor, group_ids: torch.Tensor, kw: dict[str, Any]) -> torch.Tensor:

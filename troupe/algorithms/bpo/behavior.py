@@ -48,6 +48,20 @@ def criterion(label: str, answer: int, gold: int, conf_gold: float, c_fa: float 
     raise DataError(f"behaviour label {label!r} is not one of {', '.join(LABELS)}")
 
 
+def behaviour_met(label: str, answer: int, gold: int) -> bool:
+    """Whether ``answer`` shows the behaviour ``label`` demands, as a yes/no (the pack bonus):
+    ORIG/STAB keep a*, SENS moves off it, ABST abstains, FLIP takes the other of two options."""
+    if label in ("ORIG", "STAB"):
+        return answer == gold
+    if label == "SENS":
+        return answer != gold
+    if label == "ABST":
+        return answer == ABST
+    if label == "FLIP":
+        return answer == 1 - gold
+    raise DataError(f"behaviour label {label!r} is not one of {', '.join(LABELS)}")
+
+
 def well_formatted(completion: str, num_options: int) -> bool:
     """The answer format: the response is just an option letter, optionally ``(B)`` or ``B.``."""
     s = completion.strip().strip("().").strip()
