@@ -14,7 +14,12 @@ torch thread per process, no KL term. Arms, timed interleaved (one step of each 
   the optimizer step), and runs the other two arms between TRL's steps.
 
 Goals: troupe ≤ 1.10 × limit, troupe faster than TRL, and under 10% of troupe's step outside
-generation, scoring and update (1 − (generate + reward + update) / step). Then reward curves:
+generation, scoring and update (1 − (generate + reward + update) / step).
+
+Two passes. "1 thread per process" is the overhead comparison: troupe gets one engine and one
+learner rank, each with one thread, and the in-process arms one thread. "Whole machine"
+(``--processes N``, default 2) gives every arm the same N cores in the way each can use them:
+troupe N engines and N DDP learner ranks of one thread each, the limit and TRL N torch threads. Then reward curves:
 GRPO on the SFT-trained default model (the task's own 8-token sampling), 3 seeds × 30 steps.
 Writes ``benchmarks/results/grpo.json`` and ``benchmarks/results/grpo_reward_curves.png``.
 
@@ -40,11 +45,14 @@ OUTSIDE_GOAL = 0.10
 LR = 5e-4  # troupe's learner default, used by every arm
 
 
-def troupe_overrides(model_path: str | None, out: str, seed: int = 0, steps: int = 10_000) -> list[str]:
-    """A GRPO run of 8 prompts × 8 on ``model_path`` (None: the default SFT model and sampling)."""
+def troupe_overrides(model_path: str | None, out: str, seed: int = 0, steps: int = 10_000,
+                     processes: int = 1) -> list[str]:
+    """A GRPO run of 8 prompts × 8 on ``model_path`` (None: the default SFT model and sampling),
+    with ``processes`` rollout engines and learner ranks of one thread each."""
     o = [f"run.out={out}", f"run.seed={seed}", f"run.steps={steps}", "run.eval_every=0", "run.checkpoint_every=0",
          "run.progress=false", f"grpo.prompts_per_step={common.PROMPTS_PER_STEP}",
-         f"grpo.group_size={common.GROUP_SIZE}", f"learner.lr={LR}"]
+         f"grpo.group_size={common.GROUP_SIZE}", f"learner.lr={LR}",
+         f"rollout.num_engines={processes}", f"learner.num_ranks={processes}"]
     if model_path is not None:
         o += [f"model.path={model_path}", "model.sft.steps=0", f"rollout.sampling.max_new_tokens={common.NEW_TOKENS}",
               "rollout.sampling.temperature=1.0"]
@@ -142,18 +150,20 @@ def step_timer(between: Any) -> Any:
     return StepTimer()
 
 
-def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str) -> dict[str, Any]:
-    """The three arms on one model size."""
+def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, processes: int = 1) -> dict[str, Any]:
+    """The three arms on one model size. ``processes`` > 1 is the whole-machine comparison:
+    troupe spreads the step over that many engines and learner ranks (one thread each), and the
+    limit and TRL run with that many torch threads."""
     import torch
 
     from troupe.platform.driver import Run  # what `troupe.Run` resolves to
 
-    threads = torch.get_num_threads()
+    threads = common.set_threads(processes)
     limit = InProcessGRPO(model.path)
     troupe_wall: list[float] = []
     troupe_metrics: list[dict[str, Any]] = []
     limit_s: list[float] = []
-    with Run("grpo", overrides=troupe_overrides(model.path, f"{tmp}/runs")) as run:
+    with Run("grpo", overrides=troupe_overrides(model.path, f"{tmp}/runs-{processes}", processes=processes)) as run:
         rounds = iter(range(10**6))
 
         def troupe_step() -> None:
@@ -175,11 +185,11 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str) ->
                   f"limit {limit_s[-1]:.3f}s", flush=True)
 
         timer = step_timer(between)
-        trainer = trl_trainer(model.path, f"{tmp}/trl", warmup + repeats, timer)
+        trainer = trl_trainer(model.path, f"{tmp}/trl-{processes}", warmup + repeats, timer)
         trainer.train()
         if torch.get_num_threads() != threads:
             raise RuntimeError(f"torch threads changed from {threads} to {torch.get_num_threads()} during the run")
-        engine_threads = run.graph["rollout"].call("info")[0]["threads"]
+        engine_threads = [i["threads"] for i in run.graph["rollout"].call("info")]
     keep = slice(warmup, None)
     m = troupe_metrics[keep]
     parts = {k: common.stats([x[f"time/{k}"] for x in m]) for k in ("generate_s", "reward_s", "update_s", "sync_s",
@@ -194,7 +204,7 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str) ->
     out_share = statistics.median(outside)
     return {
         "parameters": model.parameters,
-        "threads": {"driver": threads, "rollout_engine": engine_threads},
+        "threads": {"driver_limit_trl": threads, "rollout_engines": engine_threads, "learner_ranks": processes},
         "seconds_per_step": s,
         "troupe_step_parts": parts,
         "limit_step_parts": {k: common.stats([x[k] for x in limit.parts[keep]]) for k in limit.parts[0]},
@@ -253,38 +263,54 @@ def main(argv: list[str] | None = None) -> int:
     common.add_size_arguments(ap, REPEATS)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--curve-steps", type=int, default=30)
+    ap.add_argument("--processes", type=int, default=2,
+                    help="the whole-machine pass: rollout engines and learner ranks for troupe, torch threads for "
+                         "the limit and TRL (0 or 1: skip it)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    common.set_threads(1)  # every troupe actor here gets one thread (num_cpus <= 1)
     common.init_ray()
-    results = {}
+    results: dict[str, Any] = {}
+    machine: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
         models = common.build_models(tmp, args.sizes)
         for name in args.sizes:
-            print(f"grpo, {name} ({models[name].parameters:,} parameters)", flush=True)
+            print(f"grpo, {name} ({models[name].parameters:,} parameters), 1 thread per process", flush=True)
             results[name] = bench_size(models[name], common.repeats_for(name, args.repeats, REPEATS), args.warmup, tmp)
-        print(f"reward curves, seeds {args.seeds}", flush=True)
-        curves = reward_curves(args.seeds, args.curve_steps, tmp) if args.curve_steps else None
+        if args.processes > 1:
+            for name in args.sizes:
+                print(f"grpo, {name}, whole machine: troupe {args.processes} engines + {args.processes} learner "
+                      f"ranks, limit and TRL {args.processes} threads", flush=True)
+                machine[name] = bench_size(models[name], common.repeats_for(name, args.repeats, REPEATS),
+                                           args.warmup, tmp, processes=args.processes)
+        common.set_threads(1)  # the reward curves: one thread per process again
+        curves = None
+        if args.curve_steps:
+            print(f"reward curves, seeds {args.seeds}", flush=True)
+            curves = reward_curves(args.seeds, args.curve_steps, tmp)
     if curves:
         plot_curves(curves["reward_mean_per_step"], common.RESULTS / "grpo_reward_curves.png")
-    rows = []
-    for name, r in results.items():
-        s, g = r["seconds_per_step"], r["goals"]
-        rows.append([name, f"{r['parameters']:,}", s["troupe"]["n"], common.fmt_stats(s["troupe"]),
-                     common.fmt_stats(s["limit"]), common.fmt_stats(s["trl"]), f"{r['ratio_troupe_vs_limit']:.3f}",
-                     f"{r['ratio_troupe_vs_trl']:.3f}", f"{r['outside_share']['median']:.1%}",
-                     "/".join("yes" if v else "no" for v in g.values())])
-    common.print_table(
-        f"GRPO seconds per step, median [min–max] over n rounds; {common.PROMPTS_PER_STEP}×{common.GROUP_SIZE} "
-        f"rows, {common.NEW_TOKENS} tokens, 1 thread per process",
-        ["size", "params", "n", "troupe", "limit", "TRL", "troupe/limit", "troupe/TRL", "outside",
-         f"goals ≤{LIMIT_GOAL}/<TRL/<{OUTSIDE_GOAL:.0%}"], rows)
+    for title, res in (("1 thread per process", results),
+                       (f"whole machine ({args.processes} engines + ranks; {args.processes} threads)", machine)):
+        if not res:
+            continue
+        rows = []
+        for name, r in res.items():
+            s, g = r["seconds_per_step"], r["goals"]
+            rows.append([name, f"{r['parameters']:,}", s["troupe"]["n"], common.fmt_stats(s["troupe"]),
+                         common.fmt_stats(s["limit"]), common.fmt_stats(s["trl"]), f"{r['ratio_troupe_vs_limit']:.3f}",
+                         f"{r['ratio_troupe_vs_trl']:.3f}", f"{r['outside_share']['median']:.1%}",
+                         "/".join("yes" if v else "no" for v in g.values())])
+        common.print_table(
+            f"GRPO seconds per step, median [min–max] over n rounds; {common.PROMPTS_PER_STEP}×{common.GROUP_SIZE} "
+            f"rows, {common.NEW_TOKENS} tokens, {title}",
+            ["size", "params", "n", "troupe", "limit", "TRL", "troupe/limit", "troupe/TRL", "outside",
+             f"goals ≤{LIMIT_GOAL}/<TRL/<{OUTSIDE_GOAL:.0%}"], rows)
     if curves:
         print("reward curves (first → last 10% of steps):",
               {s: f"{curves['first_10pct'][s]:.3f} → {curves['last_10pct'][s]:.3f}" for s in curves["first_10pct"]})
     common.write_result("grpo", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
-                                 "sizes": results, "reward_curves": curves})
+                                 "sizes": results, "whole_machine": machine, "reward_curves": curves})
     return 0
 
 

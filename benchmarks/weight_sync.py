@@ -3,11 +3,12 @@
 Arms, timed interleaved on one Ray cluster:
 
 - ``troupe``: the object-store path of ``PolicyGraph.sync_weights`` (what a GRPO step does):
-  learner rank 0 publishes its weights as numpy buffers, both engines load them into their models;
+  learner rank 0 publishes its weights as numpy buffers, both engines point their parameters at
+  those buffers (no copy: an engine only reads its weights);
 - ``numpy``: the same weights as numpy arrays, ``ray.put`` by a publisher actor and
   ``ray.get`` by two receiver actors (the transport alone, nothing loaded into a model);
-- ``numpy_copy``: the same, each receiver also copying the arrays into buffers of its own (the
-  least that installing the weights costs);
+- ``numpy_copy``: the same, each receiver also copying the arrays into buffers of its own (what
+  installing the weights by copy costs at least, as a model that trains must);
 - ``torch_pickle``: the same as ``numpy``, with the weights as pickled torch tensors;
 - ``lora``: a LoRA learner (r=8 on q/k/v/o) publishing only its adapter to two engines.
 
@@ -56,7 +57,7 @@ class WeightPublisher:
 
 class WeightReceiver:
     """Fetches published weights: only maps them (``install=False``), or also copies every array
-    into buffers it owns, the least that installing them in a model costs."""
+    into buffers it owns, the least that installing them in a model by copy costs."""
 
     def __init__(self) -> None:
         self.buffers: dict[str, Any] = {}
@@ -151,16 +152,19 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int) -> dict[str,
 
 
 def receive_cost(model_path: str, repeats: int) -> dict[str, Any]:
-    """In this process: ``ray.get`` of a published update vs troupe's whole receive (the get plus
-    copying every tensor into the model), the part of a sync that the plain transfer skips."""
+    """In this process: ``ray.get`` of a published update vs troupe's whole receive as a rollout
+    engine does it (the get plus pointing every parameter at the update's buffers), and as a
+    model that trains does it (the get plus copying every tensor into the model)."""
     import ray
 
     from troupe.actors.transport import object_store
 
     model, _ = common.load_model(model_path)
+    copied, _ = common.load_model(model_path)
     update = object_store.publish(model.state_dict(), 1)
     arms = {"ray_get": common.timed(lambda: ray.get(update.ref)),
-            "receive_into_model": common.timed(lambda: object_store.receive(model, update))}
+            "receive_shared": common.timed(lambda: object_store.receive(model, update, share=True)),
+            "receive_copied": common.timed(lambda: object_store.receive(copied, update))}
     return {k: common.stats(v) for k, v in common.time_interleaved(arms, repeats, 2, log=None).items()}
 
 

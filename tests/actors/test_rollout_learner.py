@@ -75,6 +75,37 @@ def test_weight_sync_makes_rollout_match_updated_learner(ray_local, tiny_model_d
         g.shutdown()
 
 
+@pytest.mark.timeout(120)
+def test_shared_weight_install_points_at_the_update_and_keeps_ties(ray_local, tiny_model_dir):
+    from troupe.actors.models import load_causal_lm
+    from troupe.actors.transport import object_store
+
+    source, _ = load_causal_lm(tiny_model_dir)
+    engine, _ = load_causal_lm(tiny_model_dir)
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(0.5)
+    for version in (1, 2):  # a second update replaces the buffers the first one installed
+        update = object_store.publish(source.state_dict(), version)
+        shared = object_store.receive(engine, update, share=True)
+        packed = ray_local.get(update.ref)
+        assert shared == len(packed)
+        embed = engine.get_input_embeddings().weight
+        assert engine.get_output_embeddings().weight is embed  # still tied
+        for name, p in engine.named_parameters():
+            assert torch.equal(p, source.state_dict()[name])
+            assert p.data_ptr() == packed[name][0].ctypes.data  # the update's buffer, not a copy
+        with torch.no_grad():
+            for p in source.parameters():
+                p.mul_(-1.0)  # the published snapshot must not follow the learner's later steps
+        assert not torch.equal(embed, source.get_input_embeddings().weight)
+    # A parameter whose dtype differs from the update's is copied, never shared.
+    half, _ = load_causal_lm(tiny_model_dir, dtype="bfloat16")
+    assert object_store.receive(half, object_store.publish(source.state_dict(), 3), share=True) == 0
+    assert torch.allclose(half.get_input_embeddings().weight.float(), source.get_input_embeddings().weight,
+                          atol=0.05, rtol=0.01)
+
+
 @pytest.mark.timeout(300)
 def test_two_ddp_ranks_take_the_same_step_as_one(ray_local, tiny_model_dir):
     one = graph([Role("rollout", HFRolloutEngine, num_cpus=0.5, kwargs={"model_path": tiny_model_dir}),

@@ -152,7 +152,8 @@ class HFRolloutEngine:
         if update.kind == "lora":
             self.model = lora_transport.receive(self.model, update)
         else:
-            object_store.receive(self.model, update)
+            # Inference only: CPU weights may point at the update's buffer instead of a copy.
+            object_store.receive(self.model, update, share=True)
         self.version = update.version
         return self.version
 

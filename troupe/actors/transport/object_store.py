@@ -17,19 +17,42 @@ def publish(state: dict[str, torch.Tensor], version: int) -> WeightUpdate:
     return WeightUpdate(version=version, ref=ray.put(packed), nbytes=nbytes(packed), kind="full")
 
 
-def receive(model: Any, update: WeightUpdate) -> None:
-    """Copy the update's tensors into ``model`` in place (shapes must match)."""
+def receive(model: Any, update: WeightUpdate, share: bool = False) -> int:
+    """Install the update's tensors in ``model`` (shapes must match); returns how many
+    parameters were shared rather than copied.
+
+    ``share=True`` is for a model that only runs inference (a rollout engine): a CPU parameter
+    of the same dtype then points at the update's read-only object-store buffer instead of
+    receiving a copy of it. That skips the copy, and every engine on a node reads one copy of
+    the weights. Ray keeps the buffer alive while a tensor uses it; the next update releases
+    it. A parameter on another device or of another dtype is copied as usual. The
+    ``Parameter`` objects stay the same, so tied weights stay tied.
+    """
     import ray
 
     state = unpack_state_dict(ray.get(update.ref))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # A tied weight (lm_head = embed_tokens) is not sent: loading the tensor it aliases fills it.
+    shared: set[str] = set()
+    if share:
+        params = dict(model.named_parameters(remove_duplicate=False))
+        with torch.no_grad():
+            for k in list(state):
+                p, t = params.get(k), state[k]
+                if p is not None and p.device.type == "cpu" and p.dtype == t.dtype and p.shape == t.shape:
+                    p.data = t
+                    shared.add(k)
+                    del state[k]
     own = model.state_dict()
+    if state:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    else:  # everything was shared: what load_state_dict would report, without its pass over the model
+        missing, unexpected = [k for k in own if k not in shared], []
+    # A tied weight (lm_head = embed_tokens) is not sent: loading the tensor it aliases fills it.
     tied = own.keys() - untied(own).keys()
-    missing = [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]
+    missing = [k for k in missing if k not in tied and k not in shared and not k.endswith("lm_head.weight")]
     if missing or unexpected:
         raise ValueError(f"weight update v{update.version} does not fit the model: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
+    return len(shared)
 
 
 def untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
