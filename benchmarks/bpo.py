@@ -13,12 +13,17 @@ cue and the SFT model has a reason to lean on the cue; it also trains `bpo_flip`
 reversed order/direction clip must take the other answer (SENS accepts any move off a*).
 Part 5 runs GRPO and BPO on the pixel rendering through the tiny vision-language model
 (preset `vl-cpu`: 112 px frames, one vision token per grid cell), 200 test items.
+Part "linear" is §A.5's own benchmark (`troupe.algorithms.bpo.linear`): a softmax-linear
+policy that sees a clip only through five features, trained by REINFORCE with the same
+rewards and advantage estimators, 5 seeds, every arm; then the batch-size sweep of §A.5
+(2, 4, 8 prompts) and the cue-strength sweep. About a minute per arm.
 Results go to benchmarks/results/bpo.json (parts not run keep their saved figures); every
 figure is as measured.
 
     python benchmarks/bpo.py                       # 3 seeds, all parts: about 1-1.5 h on 2 cores
     python benchmarks/bpo.py --seeds 1 --sweep-seeds 1 --steps 100   # a quick look
     python benchmarks/bpo.py --parts noise --set eval.num_prompts=600  # more temporal-hard items
+    python benchmarks/bpo.py --parts linear        # §A.5's softmax-linear benchmark only
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import argparse
 import json
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,12 @@ PACKS = {2: {"anchors": 1, "num_views": 1, "per_view": 1}, 4: {"anchors": 1, "nu
 CUES = [0.6, 0.75, 0.85, 0.95]
 NOISY = [(0.2, 0.85), (0.3, 0.95)]  # (order_noise, cue_strength): §A.5's setting, and a cue-leaning one
 NOISE_ARMS = ["grpo", "bpo", "bpo_flip"]  # bpo_flip: reversed order/direction clips demand the other answer
+LINEAR_ARMS = ["grpo", "grpo_2x", "aug_grpo", "bpo", "bpo_ar_literal", "bpo_mixed_mean", "bpo_mixed_meanstd"]
+LINEAR_BATCHES = [2, 4, 8]
+LINEAR_SEEDS = 5
+# §A.5's expected figures [REF], for the side-by-side table.
+LINEAR_EXPECTED = {"sft": {"macro_acc": 0.50}, "grpo": {"macro_acc": 0.67, "temporal_hard_acc": 0.00, "abstain_f1": 0.00},
+                   "bpo": {"macro_acc": 0.73, "temporal_hard_acc": 0.40, "abstain_f1": 0.93}}
 METRICS = ("macro_acc", "temporal_hard_acc", "abstain_f1", "stability", "sensitivity", "false_abstention")
 
 
@@ -102,13 +114,47 @@ def verdict(rows: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def linear_part(n_boot: int, save_partial: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """§A.5's softmax-linear benchmark: every arm at batch 32, then the batch and cue sweeps."""
+    from troupe.algorithms.bpo import linear
+
+    seeds = list(range(LINEAR_SEEDS))
+    cfg = linear.LinearConfig()
+    part: dict[str, Any] = {"config": vars(cfg), "seeds": seeds, "expected": LINEAR_EXPECTED}
+    t = time.perf_counter()
+    out = linear.run(LINEAR_ARMS, seeds, cfg)
+    rows = table(out["records"], n_boot)
+    part["main"] = {"arms": rows, "verdict": verdict(rows), "weights_seed0": out["weights"], "curves": out["curves"],
+                    "wall_s": time.perf_counter() - t}
+    print_table(f"Linear (§A.5): batch {cfg.batch_prompts}, {cfg.steps} steps, {len(seeds)} seeds", rows)
+    print("  expected (§A.5):", LINEAR_EXPECTED)
+    print(json.dumps(part["main"]["verdict"], indent=1))
+    save_partial(part)
+    part["batch_sweep"] = {}
+    for bs in LINEAR_BATCHES:
+        c = linear.LinearConfig(batch_prompts=bs)
+        rows = table(linear.run(["grpo", "bpo", "bpo_ar_literal", "bpo_mixed_mean"], seeds, c)["records"], n_boot)
+        part["batch_sweep"][str(bs)] = {"arms": rows, "verdict": verdict(rows)}
+        print_table(f"Linear (§A.5): batch {bs}", rows)
+        save_partial(part)
+    part["cue_sweep"] = {}
+    for cue in CUES:
+        c = linear.LinearConfig(cue_strength=cue)
+        rows = table(linear.run(["grpo", "bpo"], seeds, c)["records"], n_boot)
+        part["cue_sweep"][str(cue)] = {"arms": rows, "verdict": verdict(rows)}
+        print_table(f"Linear (§A.5): cue strength {cue} (order read right {1 - c.order_noise:.2f})", rows)
+        save_partial(part)
+    part["wall_s"] = time.perf_counter() - t
+    return part
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sweep-seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the config's)")
     ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--parts", default="main,pack,cue,noise,pixels")
+    ap.add_argument("--parts", default="linear,main,pack,cue,noise,pixels")
     ap.add_argument("--work", default="/tmp/troupe-bench-bpo", help="run directories go here")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run, after each part's own (e.g. eval.num_prompts=600)")
@@ -133,6 +179,13 @@ def main() -> None:
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1) + "\n")
         tmp.replace(out)
+
+    if "linear" in parts:
+        def keep_linear(part: dict[str, Any]) -> None:
+            result["linear"] = part
+            save()
+
+        keep_linear(linear_part(args.bootstrap, keep_linear))
 
     main_runs: list[dict] = []
     if "main" in parts:
