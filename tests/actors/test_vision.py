@@ -23,6 +23,7 @@ from troupe.actors.vision import (
     resized_shape,
     video_patches,
     video_prompts,
+    vision_token_ids,
 )
 from troupe.platform.batch import Batch
 from troupe.platform.errors import ConfigError, DataError
@@ -184,6 +185,25 @@ def test_a_batch_with_more_videos_than_tokens_per_row_generates_and_scores(tiny_
     with torch.no_grad():
         lp = completion_forward(engine.model, batch)["logprobs"]
     assert torch.allclose(lp[m], batch["logprobs"][m], atol=1e-4)
+
+
+def test_the_engine_never_samples_a_vision_placeholder(tiny_vl_dir):
+    """A sampled <|video_pad|> would be read as one more video slot when the response is
+    re-scored ("video features and video tokens do not match"). At temperature 50 the untrained
+    model samples nearly uniformly, so 32 × 24 draws would hit the 4 vision tokens of this
+    small vocabulary many times over if they were allowed."""
+    engine = HFRolloutEngine(tiny_vl_dir)
+    banned = vision_token_ids(engine.tokenizer)
+    assert len(banned) == 4 and len(engine.tokenizer) < 400
+    rows = ColourTask().sample(32, "test", np.random.default_rng(5))
+    batch = engine.generate([r["prompt"] for r in rows], SamplingConfig(temperature=50.0, max_new_tokens=24), rows,
+                            seed=0)
+    m = batch["completion_mask"].bool()
+    sampled = batch["completion_ids"][m]
+    assert len(sampled) > 200 and not torch.isin(sampled, torch.tensor(banned)).any()
+    with torch.no_grad():
+        lp = completion_forward(engine.model, batch)["logprobs"]  # re-scoring works
+    assert torch.isfinite(lp[m]).all()
 
 
 def test_pixel_frames_on_a_text_model_fail_with_the_fix(tiny_model_dir):

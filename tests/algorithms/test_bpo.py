@@ -209,3 +209,43 @@ def test_bpo_vision_smoke_end_to_end(tmp_path, ray_local, troupe_cache):
     assert set(s["arms"]) == {"grpo", "bpo"}
     rows = [r for r in _train_rows(d) if "reward/bpo" in r]
     assert len(rows) == 3 and all(math.isfinite(r["reward/bpo"]) for r in rows)
+
+
+@pytest.mark.timeout(900)
+def test_vl_gpu_preset_runs_on_cpu_with_a_hub_format_checkpoint(tmp_path, ray_local):
+    """The one-GPU preset as a GPU user runs it (a Qwen2.5-VL checkpoint in hub format, bf16,
+    no SFT, LoRA on the learner, adapter-only weight sync), with a tiny model of that
+    architecture and the device and sizes turned down for CPU."""
+    from troupe.actors.models import save_model, train_tokenizer
+    from troupe.actors.vision import VISION_TOKENS, TinyVLSpec, build_tiny_vl
+
+    ckpt = tmp_path / "qwen25vl-tiny"
+    task = VideoQATask(pixel_size=56, grid=3)  # the prompts are those of either rendering
+    tok = train_tokenizer(task.corpus(300), special_tokens=VISION_TOKENS)
+    model = build_tiny_vl(TinyVLSpec(), tok, seed=0)
+    save_model(model, tok, ckpt)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    del cfg["troupe_video"]  # as a hub checkpoint: the frame layout comes from the preprocessor file
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    (ckpt / "preprocessor_config.json").write_text(json.dumps(
+        {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 28 * 28, "max_pixels": 56 * 56,
+         "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
+         "image_mean": [0.48, 0.46, 0.41], "image_std": [0.27, 0.26, 0.28]}))
+    full_bytes = sum(p.numel() * 2 for p in model.parameters())  # bf16
+
+    d = tmp_path / "run"
+    cpu = [f"model.path={ckpt}", "model.device=cpu", "rollout.num_gpus=0", "learner.num_gpus=0",
+           "rollout.num_cpus=0.5", "learner.num_cpus=0.5", "task.pixel_size=56", "task.grid=3",
+           "bpo.prompts_per_step=2", "eval.num_prompts=6", "eval.bootstrap=20", "run.steps=2", "run.eval_every=2",
+           "run.checkpoint_every=2", "run.progress=false"]
+    with Run("bpo", preset="vl-gpu", overrides=cpu, out=d) as r:
+        assert r.config.learner.lora.enabled and r.config.model.dtype == "bfloat16" and r.config.model.sft.steps == 0
+        r.run()
+    s = json.loads((d / "summary.json").read_text())
+    assert set(s["arms"]) == {"grpo", "bpo"}
+    rows = _train_rows(d)
+    trained = [r for r in rows if "reward/bpo" in r]
+    assert len(trained) == 2 and all(math.isfinite(r["reward/bpo"]) for r in trained)
+    sync = [v for r in trained for k, v in r.items() if k.startswith("sync/bytes")]
+    assert sync and all(0 < b < 0.2 * full_bytes for b in sync)  # the LoRA adapter only
+    assert (d / "report.md").is_file()

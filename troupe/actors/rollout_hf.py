@@ -28,7 +28,7 @@ from troupe.actors.sampling import (
 from troupe.actors.transport import lora as lora_transport
 from troupe.actors.transport import object_store
 from troupe.actors.transport.base import WeightUpdate
-from troupe.actors.vision import VideoLayout, is_vision_model, video_inputs, video_prompts
+from troupe.actors.vision import VideoLayout, is_vision_model, video_inputs, video_prompts, vision_token_ids
 from troupe.platform.batch import Batch
 from troupe.platform.errors import ConfigError
 
@@ -43,6 +43,11 @@ class HFRolloutEngine:
         self.model, self.tokenizer = load_causal_lm(model_path, dtype, self.device)
         self.model.eval()
         self.video_layout = VideoLayout.of(self.model.config, model_path) if is_vision_model(self.model.config) else None
+        # A sampled vision placeholder would be read as a video slot when the learner re-scores
+        # the response (one token more than the video has features): never sample one. Log-probs
+        # stay those of the unrestricted policy, as the learner computes them; a trained model
+        # puts next to no mass on these tokens.
+        self.never_sample = vision_token_ids(self.tokenizer) if self.video_layout is not None else []
         self.chat = chat
         self.seed = seed
         self.version = 0
@@ -91,6 +96,8 @@ class HFRolloutEngine:
             gen_kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         if sampling.stop:
             gen_kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
+        if self.never_sample:
+            gen_kwargs.update(suppress_tokens=self.never_sample)
         out = self.model.generate(**model_inputs, **gen_kwargs)
         P = enc["input_ids"].shape[1]
         completion = out.sequences[:, P:]

@@ -116,6 +116,13 @@ def is_vision_model(config: Any) -> bool:
     return getattr(config, "vision_config", None) is not None and getattr(config, "video_token_id", None) is not None
 
 
+def vision_token_ids(tokenizer: Any) -> list[int]:
+    """Ids of the vision markup tokens the tokenizer holds (Qwen2.5-VL's ``<|vision_pad|>`` too):
+    placeholders for frames, never valid output."""
+    vocab = tokenizer.get_vocab()
+    return sorted({vocab[t] for t in (*VISION_TOKENS, "<|vision_pad|>") if t in vocab})
+
+
 # -- model ----------------------------------------------------------------------------------------
 def build_tiny_vl(spec: TinyVLSpec, tokenizer: Any, seed: int = 0) -> Any:
     """A randomly initialised Qwen2.5-VL-style model sized by ``spec``; ``tokenizer`` must hold
