@@ -15,8 +15,9 @@ Part 5 runs GRPO and BPO on the pixel rendering through the tiny vision-language
 (preset `vl-cpu`: 112 px frames, one vision token per grid cell), 200 test items.
 Part "linear" is §A.5's own benchmark (`troupe.algorithms.bpo.linear`): a softmax-linear
 policy that sees a clip only through five features, trained by REINFORCE with the same
-rewards and advantage estimators, 5 seeds, every arm; then the batch-size sweep of §A.5
-(2, 4, 8 prompts) and the cue-strength sweep. About a minute per arm.
+rewards and advantage estimators, 5 seeds, every arm; then the mask label of items without
+X, the batch-size sweep of §A.5 (2, 4, 8 prompts) and the cue-strength sweep. About ten
+minutes in all.
 Results go to benchmarks/results/bpo.json (parts not run keep their saved figures); every
 figure is as measured.
 
@@ -129,6 +130,13 @@ def linear_part(n_boot: int, save_partial: Callable[[dict[str, Any]], None]) -> 
     print_table(f"Linear (§A.5): batch {cfg.batch_prompts}, {cfg.steps} steps, {len(seeds)} seeds", rows)
     print("  expected (§A.5):", LINEAR_EXPECTED)
     print(json.dumps(part["main"]["verdict"], indent=1))
+    save_partial(part)
+    # The mask view of a static item without X is a no-op: STAB by default; SENS reads §A.5's
+    # "mask-X (SENS)" literally.
+    c = linear.LinearConfig(mask_without_x="SENS")
+    rows = table(linear.run(["grpo", "bpo"], seeds, c)["records"], n_boot)
+    part["mask_without_x_sens"] = {"arms": rows, "verdict": verdict(rows)}
+    print_table("Linear (§A.5): mask view of X-absent items SENS", rows)
     save_partial(part)
     part["batch_sweep"] = {}
     for bs in LINEAR_BATCHES:

@@ -61,6 +61,7 @@ def test_views_and_their_labels():
     static_no = L.Clip(np.array([2, -1, -1, -1, -1, -1, -1, -1]), "static", L.NO)
     assert [L.label(static_yes, v) for v in L.VIEWS] == ["STAB", "SENS", "ABST"]
     assert L.label(static_no, "mask") == "STAB"  # nothing to mask
+    assert L.label(static_no, "mask", mask_without_x="SENS") == "SENS"
     with pytest.raises(ConfigError, match="view 'reverse'"):
         L.view(clip, "reverse", rng)
 
@@ -110,6 +111,8 @@ def test_unknown_arm_and_bad_config_are_named():
         L.train("ppo", L.LinearConfig(steps=1), 0)
     with pytest.raises(ConfigError, match="linear.cue_strength"):
         L.LinearConfig(cue_strength=1.5)
+    with pytest.raises(ConfigError, match="linear.mask_without_x"):
+        L.LinearConfig(mask_without_x="ABST")
 
 
 @pytest.mark.timeout(300)

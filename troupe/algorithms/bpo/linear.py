@@ -20,7 +20,7 @@ Choices §A.5 leaves open, made here (each a field of `LinearConfig`):
 * An item's perceived order sign is drawn once per rendering (the original clip and each view),
   like a clip whose frames are misleading, not once per response.
 * ``mask`` blanks every X frame. A static item without X has nothing to mask; its mask view is
-  STAB (the intervention is irrelevant) rather than SENS.
+  STAB (the intervention is irrelevant) rather than SENS (``mask_without_x``).
 * Macro accuracy is the mean over three test groups: static, temporal shortcut-consistent and
   temporal-hard. This is the reading under which all three rows of §A.5's expected table add
   up (SFT 0.50 = (0.5 + 1 + 0) / 3, GRPO 0.67 = (1 + 1 + 0) / 3).
@@ -86,6 +86,9 @@ class LinearConfig:
     lr: float = 0.2
     c_fa: float = 0.5  # false-abstention penalty
     ema_decay: float = 0.95  # the anchor baseline of a single-anchor pack
+    # The mask view of an item without X leaves the clip as it was: STAB (the intervention is
+    # irrelevant) or, reading §A.5's "mask-X (SENS)" literally, SENS.
+    mask_without_x: str = "STAB"
     test_items: int = 600
     test_seed: int = 10_000
     # The SFT start (§A.5): the shortcut weighs 1.5, the order sign 0.3, abstaining -1.
@@ -101,6 +104,8 @@ class LinearConfig:
         for name in ("num_frames", "steps", "batch_prompts", "test_items"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"linear.{name} = {getattr(self, name)!r}: must be an integer >= 1")
+        if self.mask_without_x not in ("STAB", "SENS"):
+            raise ConfigError(f"linear.mask_without_x = {self.mask_without_x!r}: expected STAB or SENS")
         if self.num_frames < 4:
             raise ConfigError(f"linear.num_frames = {self.num_frames}: a temporal clip needs at least 4 frames")
 
@@ -179,13 +184,13 @@ def view(clip: Clip, name: str, rng: np.random.Generator) -> np.ndarray:
     raise ConfigError(f"view {name!r} is not one of orig, {', '.join(VIEWS)}")
 
 
-def label(clip: Clip, name: str) -> str:
+def label(clip: Clip, name: str, mask_without_x: str = "STAB") -> str:
     """§A.5's behaviour table: shuffle is SENS for temporal items and STAB for static ones,
-    mask SENS (STAB when there is no X to mask), blank ABST."""
+    mask SENS (``mask_without_x`` when there is no X to mask), blank ABST."""
     if name == "shuffle":
         return "SENS" if clip.qtype == "temporal" else "STAB"
     if name == "mask":
-        return "SENS" if (clip.frames == X).any() else "STAB"
+        return "SENS" if (clip.frames == X).any() else mask_without_x
     if name == "blank":
         return "ABST"
     raise ConfigError(f"view {name!r} is not one of {', '.join(VIEWS)}")
@@ -238,7 +243,8 @@ def rollout(clips: Sequence[Clip], arm: LinearArm, cfg: LinearConfig, rng: np.ra
             renderings += [(v, 1) for v in VIEWS]
         for name, k in renderings:
             phi = features(view(clip, name, rng), rng, cfg.order_noise)
-            lab = "ORIG" if name == "orig" else (label(clip, name) if arm.reward == "behaviour" else "STAB")
+            lab = "ORIG" if name == "orig" else (label(clip, name, cfg.mask_without_x) if arm.reward == "behaviour"
+                                          else "STAB")
             for _ in range(k):
                 rows["phi"].append(phi)
                 rows["qtype"].append(QTYPES.index(clip.qtype))
@@ -314,7 +320,7 @@ def evaluate(policy: LinearPolicy | None, cfg: LinearConfig) -> list[dict[str, A
             orig = answers[0]
             stab, sens = [], []
             for j, n in enumerate(names[2:], start=2):
-                if label(clip, n) == "STAB":
+                if label(clip, n, cfg.mask_without_x) == "STAB":
                     stab.append(answers[j] == orig)
                 else:  # SENS: changed, or the original answer's probability fell by more than 0.3
                     k = ACTIONS.index(orig)
