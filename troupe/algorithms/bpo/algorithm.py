@@ -426,6 +426,10 @@ class BPO(Algorithm):
         claim = summary.get("claim")
         if claim:
             lines += ["", "### The claim (§A.5), as measured", ""] + [f"- {line}" for line in claim["lines"]]
+            lines += ["", "One run, one seed, on this run's task and policy. §A.5's own benchmark (a softmax-linear "
+                      "policy that cannot tell a shuffled clip from the original) is "
+                      "`python benchmarks/bpo.py --parts linear`; pooled figures for this setting are in "
+                      "`benchmarks/results/bpo.json`."]
         if summary.get("data_skipped"):
             lines += ["", "Real-data rows skipped while loading (by source and reason): "
                       + "; ".join(f"{k}: {v}" for k, v in summary["data_skipped"].items())]
