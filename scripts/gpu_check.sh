@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# troupe's GPU checks: the vLLM rollout engine and weight sync (pytest -m gpu), then a short
-# GRPO run with rollout.backend=vllm colocated with the learner on one GPU.
+# troupe's GPU checks: the vLLM rollout engine and weight sync (pytest -m gpu), a short GRPO
+# run with rollout.backend=vllm colocated with the learner on one GPU, and BPO's vl-gpu preset
+# on a tiny hub-format Qwen2.5-VL checkpoint.
 #
 #   scripts/gpu_check.sh OUT_DIR
 #
@@ -57,6 +58,23 @@ step grpo-vllm "$venv/bin/troupe" run grpo --preset smoke --out "$out/grpo-vllm"
   learner.recompute_old_logprobs=true
 if [ -f "$out/grpo-vllm/summary.json" ]; then
   cp "$out/grpo-vllm/summary.json" "$out/grpo-vllm-summary.json"
+fi
+
+# The one-GPU BPO preset (bf16, LoRA, a hub-format Qwen2.5-VL checkpoint) on a tiny model of that
+# architecture: the hub model cannot be downloaded here, the code path is the same.
+step tiny-vl-hub "$venv/bin/python" -c '
+import sys
+from troupe.actors.models import train_tokenizer
+from troupe.actors.vision import VISION_TOKENS, TinyVLSpec, build_tiny_vl, save_hub_format
+from troupe.envs.video_qa import VideoQATask
+tok = train_tokenizer(VideoQATask(pixel_size=56, grid=3).corpus(300), special_tokens=VISION_TOKENS)
+print(save_hub_format(build_tiny_vl(TinyVLSpec(), tok), tok, sys.argv[1], TinyVLSpec().layout()))
+' "$out/tiny-vl-hub" && \
+step bpo-vl-gpu "$venv/bin/troupe" run bpo --preset vl-gpu --out "$out/bpo-vl-gpu" \
+  model.path="$out/tiny-vl-hub" task.pixel_size=56 task.grid=3 bpo.prompts_per_step=4 \
+  eval.num_prompts=20 run.steps=3 run.eval_every=3 run.checkpoint_every=3 run.progress=false
+if [ -f "$out/bpo-vl-gpu/summary.json" ]; then
+  cp "$out/bpo-vl-gpu/summary.json" "$out/bpo-vl-gpu-summary.json"
 fi
 
 if [ "$failed" -ne 0 ]; then

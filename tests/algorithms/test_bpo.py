@@ -216,21 +216,14 @@ def test_vl_gpu_preset_runs_on_cpu_with_a_hub_format_checkpoint(tmp_path, ray_lo
     """The one-GPU preset as a GPU user runs it (a Qwen2.5-VL checkpoint in hub format, bf16,
     no SFT, LoRA on the learner, adapter-only weight sync), with a tiny model of that
     architecture and the device and sizes turned down for CPU."""
-    from troupe.actors.models import save_model, train_tokenizer
-    from troupe.actors.vision import VISION_TOKENS, TinyVLSpec, build_tiny_vl
+    from troupe.actors.models import train_tokenizer
+    from troupe.actors.vision import VISION_TOKENS, TinyVLSpec, build_tiny_vl, save_hub_format
 
-    ckpt = tmp_path / "qwen25vl-tiny"
     task = VideoQATask(pixel_size=56, grid=3)  # the prompts are those of either rendering
     tok = train_tokenizer(task.corpus(300), special_tokens=VISION_TOKENS)
     model = build_tiny_vl(TinyVLSpec(), tok, seed=0)
-    save_model(model, tok, ckpt)
-    cfg = json.loads((ckpt / "config.json").read_text())
-    del cfg["troupe_video"]  # as a hub checkpoint: the frame layout comes from the preprocessor file
-    (ckpt / "config.json").write_text(json.dumps(cfg))
-    (ckpt / "preprocessor_config.json").write_text(json.dumps(
-        {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 28 * 28, "max_pixels": 56 * 56,
-         "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-         "image_mean": [0.48, 0.46, 0.41], "image_std": [0.27, 0.26, 0.28]}))
+    ckpt = save_hub_format(model, tok, tmp_path / "qwen25vl-tiny", TinyVLSpec().layout())
+    assert "troupe_video" not in json.loads((ckpt / "config.json").read_text())
     full_bytes = sum(p.numel() * 2 for p in model.parameters())  # bf16
 
     d = tmp_path / "run"

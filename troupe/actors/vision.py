@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from troupe.actors.models import TinyLMSpec
+from troupe.actors.models import TinyLMSpec, save_model
 from troupe.platform.errors import ConfigError, DataError
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
@@ -121,6 +121,23 @@ def vision_token_ids(tokenizer: Any) -> list[int]:
     placeholders for frames, never valid output."""
     vocab = tokenizer.get_vocab()
     return sorted({vocab[t] for t in (*VISION_TOKENS, "<|vision_pad|>") if t in vocab})
+
+
+def save_hub_format(model: Any, tokenizer: Any, path: str | Path, layout: VideoLayout) -> Path:
+    """Save a troupe-built VL model as a hub Qwen2.5-VL checkpoint is laid out: no
+    ``troupe_video`` in config.json, the frame layout in ``preprocessor_config.json``. Lets a
+    tiny model stand in for a hub checkpoint (a GPU preset's path through the loaders)."""
+    path = Path(path)
+    save_model(model, tokenizer, path)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.pop("troupe_video", None)
+    (path / "config.json").write_text(json.dumps(cfg, indent=1))
+    (path / "preprocessor_config.json").write_text(json.dumps(
+        {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": layout.patch_size,
+         "temporal_patch_size": layout.temporal_patch_size, "merge_size": layout.merge_size,
+         "min_pixels": layout.min_pixels, "max_pixels": layout.max_pixels,
+         "image_mean": list(layout.mean), "image_std": list(layout.std)}, indent=1))
+    return path
 
 
 # -- model ----------------------------------------------------------------------------------------
