@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 
 from troupe.algorithms.bpo.behavior import TypeEMA, counterfactual_baselines, criterion
+from troupe.algorithms.bpo.evaluation import item_record
 from troupe.envs.video_qa.items import ABST
 from troupe.platform.errors import ConfigError
 from troupe.platform.registry import ADVANTAGES
@@ -317,18 +319,15 @@ def evaluate(policy: LinearPolicy | None, cfg: LinearConfig) -> list[dict[str, A
             phi = torch.tensor(np.array([features(view(clip, n, rng), rng, cfg.order_noise) for n in names]))
             probs = policy.log_probs(phi, torch.full((len(names),), QTYPES.index(clip.qtype))).exp()
             answers = _answers(probs.argmax(1)).tolist()
-            orig = answers[0]
-            stab, sens = [], []
-            for j, n in enumerate(names[2:], start=2):
-                if label(clip, n, cfg.mask_without_x) == "STAB":
-                    stab.append(answers[j] == orig)
-                else:  # SENS: changed, or the original answer's probability fell by more than 0.3
-                    k = ACTIONS.index(orig)
-                    sens.append(answers[j] != orig or float(probs[0, k] - probs[j, k]) > 0.3)
-            group = clip.qtype if clip.qtype == "static" else ("temporal_hard" if clip.hard else "temporal")
-            records.append({"item_id": f"linear-{i}", "qtype": clip.qtype, "group": group, "hard": clip.hard,
-                            "temporal": clip.qtype == "temporal", "orig": orig, "correct": orig == clip.gold,
-                            "null_abst": answers[1] == ABST, "stab": stab, "sens": sens})
+            conf = probs.numpy()  # yes and no are options 0 and 1, as in the item's answer
+            item = SimpleNamespace(item_id=f"linear-{i}", qtype=clip.qtype, answer=clip.gold, hard=clip.hard,
+                                   source="linear")
+            views = [(label(clip, n, cfg.mask_without_x), answers[j], conf[j]) for j, n in enumerate(names[2:], start=2)]
+            record = item_record(item, answers[0], conf[0], answers[1], views)
+            # Macro accuracy over §A.5's three groups (see the module docstring).
+            record["group"] = clip.qtype if clip.qtype == "static" else ("temporal_hard" if clip.hard else "temporal")
+            record["temporal"] = clip.qtype == "temporal"
+            records.append(record)
     return records
 
 
