@@ -12,7 +12,6 @@ number of responses on the original view (budget matching).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 from troupe.algorithms.bpo.behavior import (
     TypeEMA,
     behaviour_met,
+    call_advantage,
     counterfactual_baselines,
     label_codes,
     letter_probs,
@@ -474,10 +474,3 @@ def claim_check(arms: dict[str, Any]) -> dict[str, Any] | None:
                      "does not close the gap (" + "; ".join(f"{m} {fmt_ci(g2[m])}" for m in gaps) + ")"))
     return {**out, "lines": lines}
 
-
-def call_advantage(fn: Any, rewards: torch.Tensor, group_ids: torch.Tensor, kw: dict[str, Any]) -> torch.Tensor:
-    """Call an advantage estimator with the pack fields it accepts (GRPO's take none)."""
-    params = inspect.signature(fn).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        kw = {k: v for k, v in kw.items() if k in params}
-    return fn(rewards, group_ids, **kw)

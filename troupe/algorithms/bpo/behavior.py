@@ -10,6 +10,7 @@ Answers are option indices, ``ABST`` (-1) or ``INVALID`` (-2), as `parse_answer`
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -173,6 +174,14 @@ def mixed_mean(rewards: torch.Tensor, group_ids: torch.Tensor, **_: Any) -> torc
 def mixed_meanstd(rewards: torch.Tensor, group_ids: torch.Tensor, **_: Any) -> torch.Tensor:
     """The pack as one mixed group, GRPO style: (r − mean) / std."""
     return ADVANTAGES.get("grpo")(rewards, group_ids)
+
+
+def call_advantage(fn: Any, rewards: torch.Tensor, group_ids: torch.Tensor, kw: dict[str, Any]) -> torch.Tensor:
+    """Call an advantage estimator with the pack fields it accepts (GRPO's take none)."""
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kw = {k: v for k, v in kw.items() if k in params}
+    return fn(rewards, group_ids, **kw)
 
 
 for _name, _fn in (("ar_cf", ar_cf), ("ar_literal", ar_literal), ("mixed_mean", mixed_mean),

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from troupe.algorithms.bpo.behavior import TypeEMA, counterfactual_baselines, criterion
+from troupe.algorithms.bpo.behavior import TypeEMA, call_advantage, counterfactual_baselines, criterion
 from troupe.algorithms.bpo.evaluation import item_record
 from troupe.envs.video_qa.items import ABST
 from troupe.platform.errors import ConfigError
@@ -261,16 +261,13 @@ def rollout(clips: Sequence[Clip], arm: LinearArm, cfg: LinearConfig, rng: np.ra
 
 def advantages(arm: LinearArm, batch: dict[str, Any], answers: torch.Tensor, conf_gold: torch.Tensor,
                rewards: torch.Tensor, ema: TypeEMA, cfg: LinearConfig) -> torch.Tensor:
-    fn = ADVANTAGES.get(arm.advantage)
-    if arm.advantage not in ("ar_cf", "ar_literal"):
-        return fn(rewards, batch["group"]).to(torch.float64)
-    qtypes = [QTYPES[int(q)] for q in batch["qtype"]]
-    kw: dict[str, Any] = {"is_anchor": batch["anchor"],
-                          "anchor_baseline": ema.baseline(qtypes, rewards, batch["anchor"])}
-    if arm.advantage == "ar_cf":
+    """The arm's registered estimator on the batch, given the pack fields it accepts (as `bpo` does)."""
+    kw: dict[str, Any] = {"is_anchor": batch["anchor"]}
+    if arm.views and arm.reward == "behaviour":
+        kw["anchor_baseline"] = ema.baseline([QTYPES[int(q)] for q in batch["qtype"]], rewards, batch["anchor"])
         kw["cf_baseline"] = counterfactual_baselines(batch["group"], batch["anchor"], batch["labels"], answers,
                                                      batch["gold"], conf_gold, cfg.c_fa)
-    return fn(rewards, batch["group"], **kw).to(torch.float64)
+    return call_advantage(ADVANTAGES.get(arm.advantage), rewards, batch["group"], kw).to(torch.float64)
 
 
 def train(arm_name: str, cfg: LinearConfig, seed: int) -> tuple[LinearPolicy, list[dict[str, float]]]:
