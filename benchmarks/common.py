@@ -98,6 +98,8 @@ def add_size_arguments(ap: Any, repeats: dict[str, int] | int, warmup: int = 1) 
     ap.add_argument("--sizes", nargs="+", default=["150k", "4M"], choices=["150k", "4M"])
     ap.add_argument("--repeats", type=int, default=None, help=f"timed rounds per size (default: {per})")
     ap.add_argument("--warmup", type=int, default=warmup)
+    ap.add_argument("--result-name", default=None,
+                    help="write results/NAME.json instead of the benchmark's own name (a run under another setting)")
 
 
 def repeats_for(size: str, override: int | None, repeats: dict[str, int] | int) -> int:
@@ -272,10 +274,14 @@ def machine() -> dict[str, Any]:
     """Where the figures were measured."""
     import torch
 
+    from troupe.platform.placement import ALLOCATOR_ENV
+
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     # A busy shared machine is the main source of spread in these figures: say how busy it was.
     return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
             "torch": torch.__version__, "load_avg_1_5_15min_at_start": [round(x, 2) for x in _LOAD_AT_START],
+            # troupe's actors always run with ALLOCATOR_ENV; the in-process arms with this process's own
+            "driver_allocator_env": {k: os.environ[k] for k in ALLOCATOR_ENV if k in os.environ},
             "load_avg_1_5_15min_at_end": [round(x, 2) for x in load]}
 
 

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if curves:
         print("reward curves (first → last 10% of steps):",
               {s: f"{curves['first_10pct'][s]:.3f} → {curves['last_10pct'][s]:.3f}" for s in curves["first_10pct"]})
-    common.write_result("grpo", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
+    common.write_result(args.result_name or "grpo", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
                                  "sizes": results, "whole_machine": machine, "reward_curves": curves})
     return 0
 

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         f"rows, {common.NEW_TOKENS} tokens, {args.threads} thread(s) per rank",
         ["size", "params", "n", "raw", "actor", "raw/actor", "paired", f"≥ {GOAL}", "DDP 2 ranks", "DDP speedup"],
         rows)
-    common.write_result("learner", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
+    common.write_result(args.result_name or "learner", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
                                     "sizes": results})
     return 0
 

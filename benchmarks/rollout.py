@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{common.NEW_TOKENS} tokens, {args.threads} thread(s)",
         ["size", "params", "n", "actor", "engine in-process", "generate", "actor/generate", "paired", "Ray ms",
          f"≥ {GOAL}"], rows)
-    common.write_result("rollout", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
+    common.write_result(args.result_name or "rollout", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
                                     "sizes": results})
     return 0
 

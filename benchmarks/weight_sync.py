@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         f"weight sync learner → {ENGINES} engines, seconds, median [min–max] of {args.repeats}",
         ["size", "full MiB", "LoRA MiB", "troupe", "numpy put/get", "+ copy", "torch pickle", "troupe LoRA",
          "troupe/numpy", "paired", f"≤ {GOAL}"], rows)
-    common.write_result("weight_sync", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
+    common.write_result(args.result_name or "weight_sync", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
                                         "sizes": results})
     return 0
 

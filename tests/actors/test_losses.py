@@ -22,6 +22,9 @@ def test_selective_log_softmax_matches_full_log_softmax_and_trl():
     assert torch.allclose(selective_log_softmax(logits, idx), want, atol=1e-6)
     trl_utils = pytest.importorskip("trl.trainer.utils")
     assert torch.allclose(selective_log_softmax(logits, idx), trl_utils.selective_log_softmax(logits, idx), atol=1e-6)
+    # a logsumexp the caller already has gives the same values
+    lse = torch.logsumexp(logits, -1)
+    assert torch.equal(selective_log_softmax(logits, idx, lse), selective_log_softmax(logits, idx))
 
 
 def test_entropy_matches_trl_and_uniform_case():
@@ -30,6 +33,7 @@ def test_entropy_matches_trl_and_uniform_case():
     trl_utils = pytest.importorskip("trl.trainer.utils")
     assert torch.allclose(entropy_from_logits(logits), trl_utils.entropy_from_logits(logits), atol=1e-5)
     assert torch.allclose(entropy_from_logits(torch.zeros(1, 8)), torch.tensor([math.log(8)]))
+    assert torch.allclose(entropy_from_logits(logits, torch.logsumexp(logits, -1)), entropy_from_logits(logits))
 
 
 def test_k3_kl_hand_values():

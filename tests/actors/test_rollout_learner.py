@@ -22,6 +22,16 @@ def test_completion_mask_stops_after_eos_and_drops_trailing_pad():
     assert completion_mask(c, eos, pad).tolist() == [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
 
 
+def test_repeated_prompts_encode_as_if_each_were_tokenized(tiny_model_dir):
+    engine = HFRolloutEngine(tiny_model_dir)
+    prompts = [p for p in PROMPTS for _ in range(3)] + ["7+8="]  # groups of 3, then a single
+    enc = engine._encode(prompts)
+    want = engine.tokenizer(engine.format_prompts(prompts), return_tensors="pt", padding=True,
+                            add_special_tokens=False)
+    assert torch.equal(enc["input_ids"], want["input_ids"])
+    assert torch.equal(enc["attention_mask"], want["attention_mask"])
+
+
 def graph(roles, ray_local, timeout=120):
     return ActorGraph(roles, timeout_s=timeout, call_timeout_s=120).start()
 

@@ -6,6 +6,7 @@ import pytest
 
 from troupe.platform.errors import PlacementInfeasible, PlacementTimeout
 from troupe.platform.placement import (
+    ALLOCATOR_ENV,
     ActorGraph,
     Role,
     bundle_misfit,
@@ -22,6 +23,11 @@ class Echo:
         import torch
 
         return torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+    def env(self, name):
+        import os
+
+        return os.environ.get(name)
 
 
 def test_colocated_roles_share_bundles():
@@ -42,6 +48,9 @@ def test_actors_get_threads_from_their_cpus(ray_local):
     g = ActorGraph([Role("echo", Echo, num_cpus=2)], timeout_s=60).start()
     try:
         assert g["echo"].call("threads")[0] == (2, "2")
+        # and keep freed memory in the heap (see ALLOCATOR_ENV)
+        for name, value in ALLOCATOR_ENV.items():
+            assert g["echo"].call("env", name)[0] == value
     finally:
         g.shutdown()
 

@@ -41,9 +41,11 @@ def completion_forward(
     logits = out.logits[:, P - 1 : -1].float()
     if temperature and temperature != 1.0:
         logits = logits / temperature
-    result = {"logprobs": selective_log_softmax(logits, c_ids)}
+    lse = torch.logsumexp(logits, dim=-1)  # once, for the log-probs and the entropy
+    result = {"logprobs": selective_log_softmax(logits, c_ids, lse)}
     if with_entropy:
-        result["entropy"] = entropy_from_logits(logits.detach())
+        with torch.no_grad():
+            result["entropy"] = entropy_from_logits(logits.detach(), lse.detach())
     if top_k:
         lp = torch.log_softmax(logits, -1)
         vals, idx = lp.topk(top_k, dim=-1)

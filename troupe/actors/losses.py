@@ -16,16 +16,21 @@ from troupe.platform.registry import POLICY_LOSSES
 AGGREGATIONS = ("grpo", "dr_grpo", "dapo")
 
 
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[index] without materialising the full log-softmax twice."""
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, lse: torch.Tensor | None = None) -> torch.Tensor:
+    """log softmax(logits)[index] without materialising the full log-softmax; ``lse``, when the
+    caller has it (for the entropy too), is logsumexp(logits)."""
     # log p_i = z_i - logsumexp(z)
-    return logits.gather(-1, index.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    if lse is None:
+        lse = torch.logsumexp(logits, dim=-1)
+    return logits.gather(-1, index.unsqueeze(-1)).squeeze(-1) - lse
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """H = logsumexp(z) - sum softmax(z) z."""
-    p = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
+def entropy_from_logits(logits: torch.Tensor, lse: torch.Tensor | None = None) -> torch.Tensor:
+    """H = logsumexp(z) - sum softmax(z) z; ``lse``, when the caller has it, is logsumexp(z)."""
+    if lse is None:
+        lse = torch.logsumexp(logits, dim=-1)
+    p = torch.exp(logits - lse.unsqueeze(-1))
+    return lse - (p * logits).sum(-1)
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

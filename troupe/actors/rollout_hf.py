@@ -75,8 +75,7 @@ class HFRolloutEngine:
         t0 = time.perf_counter()
         tok = self.tokenizer
         shown, video = self._with_videos(prompts, rows)
-        enc = tok(self.format_prompts(shown), return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.device) for k, v in enc.items()}
+        enc = {k: v.to(self.device) for k, v in self._encode(shown).items()}
         model_inputs = dict(enc)
         if video:
             model_inputs.update(video_inputs(self.model.config, enc["input_ids"],
@@ -127,6 +126,18 @@ class HFRolloutEngine:
             {"version": self.version, "gen_s": time.perf_counter() - t0, "tokens": n_tokens},
         )
         return batch
+
+    def _encode(self, prompts: list[str]) -> dict[str, torch.Tensor]:
+        """Left-padded ids and mask of the chat-formatted prompts. A group repeats its prompt G
+        times: each distinct prompt is formatted and tokenized once (the chat template costs more
+        than a small model's forward pass), and the rows are gathered from those."""
+        distinct = list(dict.fromkeys(prompts))
+        enc = self.tokenizer(self.format_prompts(distinct), return_tensors="pt", padding=True, add_special_tokens=False)
+        if len(distinct) == len(prompts):
+            return dict(enc)
+        where = {p: i for i, p in enumerate(distinct)}
+        index = torch.tensor([where[p] for p in prompts])
+        return {k: v.index_select(0, index) for k, v in enc.items()}
 
     def _with_videos(self, prompts: list[str], rows: list[dict] | None) -> tuple[list[str], dict[str, torch.Tensor]]:
         """The prompts with their rows' video placeholders, and the video tensors ({} without videos)."""

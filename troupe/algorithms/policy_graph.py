@@ -33,6 +33,24 @@ class PendingRollout:
     calls: list[tuple[int, tuple, int, Any]] = dataclasses.field(default_factory=list)
 
 
+@dataclasses.dataclass
+class PendingScore:
+    """A score call started on a rollout's Batch refs before they were ready."""
+
+    batch_refs: list[Any]
+    ref: Any
+
+
+@dataclasses.dataclass
+class PendingSync:
+    """A weight sync in flight: its start time, the install calls, and the update (its ref, or
+    its byte count when already fetched)."""
+
+    t: float
+    loads: list[Any]
+    update: Any
+
+
 def rollout_class(backend: str) -> type:
     """The engine class for a backend; vLLM is imported only when chosen."""
     if backend == "hf":
@@ -217,9 +235,21 @@ class PolicyGraph:
         n, self.faults = self.faults, 0
         return n
 
-    def score(self, batch_refs: list[Any]) -> dict[str, Any]:
+    def score_begin(self, pending: PendingRollout) -> PendingScore:
+        """Ask the reward actor to score a rollout still in flight: it starts the moment the
+        batches exist, with no round trip through the driver. Hand the result to `score`."""
+        refs = [ref for *_, ref in pending.calls]
+        return PendingScore(refs, self._role("reward")[0].score.remote(refs))
+
+    def score(self, batch_refs: list[Any], started: PendingScore | None = None) -> dict[str, Any]:
+        """Rewards of the batches. ``started`` (from `score_begin`) is used when `wait_batches`
+        re-issued nothing; after a re-issue the batches are scored anew."""
         reward = self._role("reward")
-        return reward.wait([reward[0].score.remote(batch_refs)], "score")[0]
+        if started is not None and started.batch_refs == batch_refs:
+            ref = started.ref
+        else:
+            ref = reward[0].score.remote(batch_refs)
+        return reward.wait([ref], "score")[0]
 
     def reference_logprobs(self, batch_refs: list[Any]) -> Any:
         """An object ref of the reference log-probs (the driver does not pull them)."""
@@ -238,20 +268,44 @@ class PolicyGraph:
         per_rank = self._role("learner").wait(refs, "update")
         return {k: float(np.mean([m[k] for m in per_rank])) for k in per_rank[0]}
 
+    def update_and_sync(self, batch_refs: list[Any], extras: dict[str, Any]) -> dict[str, float]:
+        """`update`, then `sync_weights`, submitted together: the publish queues behind the
+        update on learner rank 0 and the engines install it as soon as it exists, with no round
+        trip through the driver in between. ``time/update_s`` runs until the update's metrics
+        arrive, ``time/sync_s`` is the wait after that."""
+        t = time.perf_counter()
+        refs = self.update_begin(batch_refs, extras)
+        sync = self.sync_begin()
+        metrics = self.update_end(refs)
+        metrics["time/update_s"] = time.perf_counter() - t
+        metrics.update(self.sync_end(sync, since=time.perf_counter()))
+        return metrics
+
     def sync_weights(self) -> dict[str, float]:
         """Publish from learner rank 0 and install on every engine; returns bytes and seconds."""
+        return self.sync_end(self.sync_begin())
+
+    def sync_begin(self) -> PendingSync:
+        """Start publishing from learner rank 0 and installing on every engine; `sync_end` waits."""
         t = time.perf_counter()
         learners, engines = self._role("learner"), self._role("rollout")
         if self.nccl:
             update = learners.wait([learners[0].publish_weights.remote("nccl")], "publish_weights")[0]
-            engines.wait([h.load_weights.remote(update) for h in engines.handles]
-                         + [learners[0].broadcast_weights.remote(update)], "load_weights")
-            return {"sync/bytes": float(update.nbytes), "time/sync_s": time.perf_counter() - t}
+            loads = ([h.load_weights.remote(update) for h in engines.handles]
+                     + [learners[0].broadcast_weights.remote(update)])
+            return PendingSync(t, loads, float(update.nbytes))
         update_ref = learners[0].publish_weights.remote()
         self.last_update = update_ref
-        engines.wait([h.load_weights.remote(update_ref) for h in engines.handles], "load_weights")
-        nbytes = learners.wait([update_ref], "publish_weights")[0].nbytes
-        return {"sync/bytes": float(nbytes), "time/sync_s": time.perf_counter() - t}
+        return PendingSync(t, [h.load_weights.remote(update_ref) for h in engines.handles], update_ref)
+
+    def sync_end(self, pending: PendingSync, since: float | None = None) -> dict[str, float]:
+        """Wait for `sync_begin`'s installs; ``time/sync_s`` counts from ``since`` (default: the begin)."""
+        learners, engines = self._role("learner"), self._role("rollout")
+        engines.wait(pending.loads, "load_weights")
+        nbytes = pending.update
+        if not isinstance(nbytes, float):  # the update's ref: a small message, its arrays stay in the store
+            nbytes = float(learners.wait([pending.update], "publish_weights")[0].nbytes)
+        return {"sync/bytes": nbytes, "time/sync_s": time.perf_counter() - (pending.t if since is None else since)}
 
     def evaluate(self, rows: list[dict], sampling: Any, seed: int = 0) -> dict[str, float]:
         """Mean reward on ``rows`` (accuracy for a 0/1 reward)."""

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -406,12 +407,20 @@ def _request_resources(bundles: list[dict[str, float]]) -> None:
     request_resources(bundles=[dict(b) for b in bundles])
 
 
+# glibc serves an allocation above its mmap threshold (128 KiB at first) with fresh pages and
+# unmaps them on free, so each step's activations, logits and every token's grown KV cache fault
+# their memory in again. Actors keep freed memory in the heap instead: a 150k-parameter model's
+# CPU update and generate ran about 10% faster (neutral at 4M). A value set in the driver's
+# environment wins; the variables mean nothing off glibc.
+ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
 def _thread_env(num_cpus: float) -> dict[str, str]:
     n = str(torch_threads_for(num_cpus))
     # Ray starts workers at nice 15; a role's actors are the run's compute, so they run at normal
     # priority (as Ray does for a job's driver), or any other busy process on the node starves them.
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "TROUPE_TORCH_THREADS": n, "TOKENIZERS_PARALLELISM": "false",
-            "RAY_worker_niceness": "0"}
+            "RAY_worker_niceness": "0", **{k: os.environ.get(k, v) for k, v in ALLOCATOR_ENV.items()}}
 
 
 def _as_remote(cls: type) -> Any:

@@ -202,12 +202,14 @@ class BPO(Algorithm):
             p = packs[name]
             pending[name] = policy.generate(p.prompts, p.rows, c.rollout.sampling,
                                             step_seed(c.run.seed, step, f"sample/{name}"), option_letters=p.letters)
+        # Each reward call waits for its arm's batches itself: no round trip through the driver.
+        scoring = {name: policy.score_begin(pending[name]) for name, policy in self.arms.items()}
         batches = {name: policy.wait_batches(pending[name]) for name, policy in self.arms.items()}
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
         update_refs = {}
         for name, policy in self.arms.items():
-            scored = policy.score(batches[name])
+            scored = policy.score(batches[name], scoring[name])
             adv = self.advantages(name, packs[name], scored)
             extras: dict[str, Any] = {"advantages": adv}
             if c.learner.kl_coef > 0:
@@ -215,12 +217,13 @@ class BPO(Algorithm):
             update_refs[name] = policy.update_begin(batches[name], extras)
             metrics.update(self.train_metrics(name, packs[name], scored, adv))
         t2 = time.perf_counter()
+        syncs = {name: policy.sync_begin() for name, policy in self.arms.items()}  # queued behind each update
         for name, policy in self.arms.items():
             for k, v in policy.update_end(update_refs[name]).items():
                 metrics[f"{k}/{name}"] = v
         t3 = time.perf_counter()
         for name, policy in self.arms.items():
-            for k, v in policy.sync_weights().items():
+            for k, v in policy.sync_end(syncs[name], since=t3).items():
                 metrics[f"{k}/{name}"] = v
             metrics[f"faults/{name}"] = float(policy.pop_faults())
         metrics.update({"time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,

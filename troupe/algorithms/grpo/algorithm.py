@@ -58,18 +58,18 @@ class GRPO(Algorithm):
         prompts, rows, group_ids = group_rows(self.sample_prompts(step), c.grpo.group_size)
 
         t0 = time.perf_counter()
-        batches = p.wait_batches(p.generate(prompts, rows, c.rollout.sampling, step_seed(c.run.seed, step, "sample")))
+        pending = p.generate(prompts, rows, c.rollout.sampling, step_seed(c.run.seed, step, "sample"))
+        scoring = p.score_begin(pending)  # the reward actor waits for the batches itself
+        batches = p.wait_batches(pending)
         t1 = time.perf_counter()
-        scored = p.score(batches)
+        scored = p.score(batches, scoring)
         rewards = scored["rewards"]
         advantages = self.advantage(rewards, group_ids)  # e.g. GRPO: A_i = (r_i - mean) / std
         extras: dict[str, Any] = {"advantages": advantages}
         if c.learner.kl_coef > 0:
             extras["ref_logprobs"] = p.reference_logprobs(batches)
         t2 = time.perf_counter()
-        metrics = p.update(batches, extras)
-        t3 = time.perf_counter()
-        metrics.update(p.sync_weights())
+        metrics = p.update_and_sync(batches, extras)  # sets time/update_s and time/sync_s
 
         grouped = rewards.view(-1, c.grpo.group_size)
         metrics.update({
@@ -81,7 +81,6 @@ class GRPO(Algorithm):
             "faults": float(p.pop_faults()),
             "time/generate_s": t1 - t0,
             "time/reward_s": t2 - t1,
-            "time/update_s": t3 - t2,
         })
         return metrics
 
