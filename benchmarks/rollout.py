@@ -25,7 +25,7 @@ from typing import Any
 
 import common
 
-REPEATS = {"150k": 15, "4M": 7}  # timed rounds per size: more where a round is short
+REPEATS = {"150k": 40, "4M": 7}  # timed rounds per size: more where a round is short
 GOAL = 0.95
 
 
