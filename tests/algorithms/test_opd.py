@@ -1,0 +1,178 @@
+"""§B.6: the distillation losses, the noisy expert and the tabular benchmark's methods."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from troupe.algorithms.opd import losses, noise, tabular
+
+
+# -- 1. the noisy expert ---------------------------------------------------------------------------
+@pytest.mark.parametrize("eps", [0.0, 0.3, 0.6, 0.99])
+def test_noisy_expert_rows_sum_to_one_and_uniform_noise_preserves_the_mode(eps):
+    clean = noise.one_hot(np.array([0, 2, 1]), 3)
+    noisy = noise.noisy_expert(clean, eps)
+    assert np.allclose(noisy.sum(-1), 1.0)
+    # with uniform noise the margin is exactly 1 - eps, positive for every eps < 1
+    assert np.allclose(noise.mode_margin(noisy, np.array([0, 2, 1])), 1.0 - eps)
+
+
+def test_mode_is_lost_under_adversarial_noise_above_one_half():
+    clean = noise.one_hot(0, 3)
+    nu = noise.one_hot(1, 3)  # all noise on one wrong action
+    assert noise.mode_margin(noise.noisy_expert(clean, 0.4, nu), 0) > 0
+    assert noise.mode_margin(noise.noisy_expert(clean, 0.6, nu), 0) < 0
+
+
+# -- 2. closed form of the noisy expert's own success -------------------------------------------------
+def test_sampling_success_closed_form_matches_monte_carlo():
+    eps, V, H = 0.3, 3, 8
+    expert = tabular.Expert(V, eps, salt=7)
+    rng = np.random.default_rng(0)
+    n = 20_000
+    hits = 0
+    for _ in range(n):
+        traj = tabular.sample_trajectory(expert.noisy, H, rng)
+        hits += all(a == expert.clean(s) for s, a in traj)
+    want = noise.success_prob_sampling(eps, V, H)
+    assert want == pytest.approx(0.8**8)
+    assert abs(hits / n - want) < 4 * math.sqrt(want * (1 - want) / n)
+
+
+# -- 3. tabular BC coverage ---------------------------------------------------------------------------
+def test_bc_visits_of_clean_states_match_n_q_to_the_h_minus_one():
+    eps, V, H, n = 0.3, 3, 6, 4000
+    expert = tabular.Expert(V, eps, salt=1)
+    rng = np.random.default_rng(1)
+    _, counts = tabular.behaviour_cloning([tabular.sample_trajectory(expert.noisy, H, rng) for _ in range(n)], V)
+    for h, s in enumerate(expert.clean_path(H), start=1):
+        want = noise.expected_clean_visits(n, eps, V, h)
+        got = counts[s].sum()
+        assert abs(got - want) < 4 * math.sqrt(want), (h, got, want)
+
+
+# -- 4. GKD's generalised JSD, with TRL's implementation as the oracle --------------------------------------
+def _logits(seed, shape=(2, 5, 7)):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_generalized_jsd_endpoints_are_the_two_kls():
+    s, t = _logits(0), torch.log_softmax(_logits(1), -1)
+    ps, pt = torch.softmax(s, -1), t.exp()
+    fkl = (pt * (t - torch.log(ps))).sum(-1)  # KL(T||S)
+    rkl = (ps * (torch.log(ps) - t)).sum(-1)  # KL(S||T)
+    assert torch.allclose(losses.generalized_jsd(s, t, beta=0.0), fkl, atol=1e-6)
+    assert torch.allclose(losses.generalized_jsd(s, t, beta=1.0), rkl, atol=1e-6)
+    assert torch.allclose(losses.reverse_kl(s, t), rkl, atol=1e-6)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.25, 0.5, 1.0])
+def test_generalized_jsd_matches_trl(beta):
+    gkd = pytest.importorskip("trl.experimental.gkd.gkd_trainer")
+    s, t = _logits(2), _logits(3)
+    want = gkd.GKDTrainer.generalized_jsd_loss(s, t, beta=beta, reduction="sum")
+    assert torch.allclose(losses.generalized_jsd(s, torch.log_softmax(t, -1), beta).sum(), want, atol=1e-5)
+
+
+def test_jsd_is_nonnegative_zero_iff_equal_and_symmetric_at_one_half():
+    s, t = _logits(4), _logits(5)
+    jsd = losses.generalized_jsd(s, torch.log_softmax(t, -1), 0.5)
+    assert (jsd > 0).all()
+    assert torch.allclose(losses.generalized_jsd(s, torch.log_softmax(s, -1), 0.5), torch.zeros(2, 5), atol=1e-6)
+    swapped = losses.generalized_jsd(t, torch.log_softmax(s, -1), 0.5)
+    assert torch.allclose(jsd, swapped, atol=1e-6)
+
+
+def test_kl_gradient_is_finite_when_a_top_k_teacher_excludes_tokens():
+    s = _logits(6, (3, 7)).requires_grad_()
+    t = torch.log_softmax(_logits(7, (3, 7)), -1)
+    t[:, 4:] = float("-inf")  # a top-4 teacher
+    losses.generalized_jsd(s, t, 0.0).sum().backward()
+    assert torch.isfinite(s.grad).all()
+
+
+# -- 5. sampled reverse KL ----------------------------------------------------------------------------
+def test_sampled_rkl_advantage_is_minus_the_log_ratio_and_averages_to_minus_kl():
+    s, t = _logits(8, (4, 6)), torch.log_softmax(_logits(9, (4, 6)), -1)
+    lps = torch.log_softmax(s, -1)
+    adv = losses.sampled_rkl_advantage(lps, t)  # at every token, as if each were sampled
+    assert torch.equal(adv, -(lps - t))
+    expectation = (lps.exp() * adv).sum(-1)
+    assert torch.allclose(expectation, -losses.reverse_kl(s, t), atol=1e-6)
+
+
+# -- 6. minimisers over the simplex, by gradient descent on the loss functions ---------------------------
+def _minimise(loss_name, teacher_probs, steps=3000, lr=0.5):
+    z = torch.zeros(len(teacher_probs), requires_grad=True)
+    opt = torch.optim.Adam([z], lr=lr)
+    t = torch.log(torch.tensor(teacher_probs, dtype=torch.float32))
+    for _ in range(steps):
+        opt.zero_grad()
+        losses.ne_loss(loss_name, z, t).backward()
+        opt.step()
+    return torch.softmax(z, -1).detach().numpy()
+
+
+def test_teacher_likelihood_and_hard_ce_minimisers_are_the_teachers_mode_and_rkl_is_the_teacher():
+    teacher = noise.noisy_expert(noise.one_hot(1, 3), 0.3)  # (0.1, 0.8, 0.1)
+    for name in ("tl", "hard"):
+        p = _minimise(name, teacher)
+        assert p[1] > 0.99, (name, p)
+    assert np.allclose(_minimise("rkl", teacher), teacher, atol=1e-3)
+    # the tabular methods use exactly these minimisers
+    assert np.array_equal(noise.one_hot(int(teacher.argmax()), 3), [0, 1, 0])
+    with pytest.raises(ValueError, match="opd.ne_loss"):
+        losses.ne_loss("fkl", torch.zeros(3), torch.zeros(3))
+
+
+# -- 7. NE-OPD with a clean teacher is DAgger -----------------------------------------------------------
+def test_ne_opd_with_a_clean_teacher_is_dagger_and_learns_one_depth_per_episode():
+    H = 10
+    cfg = tabular.TabularConfig(eps=0.0, episodes=H)
+    out = tabular.run_method("ne_opd", H, cfg, seed=3)
+    assert out["j_greedy"] == 1.0 and out["j_t1"] == 1.0 and out["agreement"] == 1.0
+    assert out["teacher_tokens"] == H * H
+    # with fewer episodes than depths the greedy roll-in cannot have reached the last state
+    short = tabular.run_method("ne_opd", H, tabular.TabularConfig(eps=0.0, episodes=H // 2), seed=3)
+    assert short["agreement"] < 1.0
+
+
+# -- 8. majority votes against the Hoeffding bound ------------------------------------------------------
+def test_majority_vote_errs_less_often_than_the_hoeffding_bound():
+    eps, V, H, delta = 0.6, 3, 8, 0.2
+    gamma = 1 - eps
+    m = noise.votes_needed(gamma, V, H, delta)
+    assert m == math.ceil(2 / gamma**2 * math.log(2 * V * H / delta))
+    teacher = noise.noisy_expert(noise.one_hot(0, V), eps)
+    rng = np.random.default_rng(0)
+    trials = 4000
+    errors = sum(noise.majority_vote(rng.choice(V, size=m, p=teacher), V, rng) != 0 for _ in range(trials))
+    assert errors / trials <= delta / H
+    with pytest.raises(ValueError, match="gamma"):
+        noise.votes_needed(0.0, V, H, delta)
+
+
+# -- the §B.5 claim at smoke scale ----------------------------------------------------------------------
+def test_tabular_claim_at_smoke_scale():
+    """H=24, N=200 (4 of the benchmark's 20 seeds): BC and OPD-KL sample the clean sequence about
+    as often as the noisy teacher does (0.8^24 = 0.005) and mostly fail greedily too, since
+    neither has seen the deep clean states often enough; NE-OPD is exact, with logit or sample access."""
+    cfg = tabular.TabularConfig()
+    res = tabular.sweep(("bc", "opd_kl", "ne_opd", "ne_opd_vote"), (24,), seeds=4, cfg=cfg)
+    mean = {m: {k: float(np.mean(v)) for k, v in res[m]["24"].items()} for m in res}
+    for m in ("ne_opd", "ne_opd_vote"):
+        assert mean[m]["j_t1"] == 1.0 and mean[m]["j_greedy"] == 1.0 and mean[m]["agreement"] == 1.0
+    for m in ("bc", "opd_kl"):
+        assert mean[m]["j_t1"] < 0.05
+        assert mean[m]["j_greedy"] < 0.9
+    assert mean["opd_kl"]["j_greedy"] < 0.2  # its T=1 roll-in reaches the deep states more rarely still
+    assert res["ne_opd_vote"]["24"]["teacher_tokens"][0] > res["ne_opd"]["24"]["teacher_tokens"][0]
+
+
+def test_bad_config_names_the_key():
+    with pytest.raises(ValueError, match="opd.eps"):
+        tabular.TabularConfig(eps=1.0)
+    with pytest.raises(ValueError, match="opd method"):
+        tabular.run_method("dpo", 4, tabular.TabularConfig(), 0)
