@@ -171,8 +171,21 @@ def test_tabular_claim_at_smoke_scale():
     assert res["ne_opd_vote"]["24"]["teacher_tokens"][0] > res["ne_opd"]["24"]["teacher_tokens"][0]
 
 
+def test_an_expert_of_the_last_tokens_lets_offline_data_generalise():
+    """§B.5's caveat: when the expert depends on the last 2 tokens and the student shares that
+    view, every deep state is one the data has taught, and BC recovers the expert at H=24."""
+    cfg = tabular.TabularConfig(context=2)
+    expert = tabular.Expert(3, 0.3, salt=0, context=2)
+    assert expert.clean((0, 1, 2, 1)) == expert.clean((2, 2, 1))  # same last two tokens
+    res = tabular.sweep(("bc", "ne_opd"), (24,), seeds=4, cfg=cfg)
+    assert np.mean(res["bc"]["24"]["j_greedy"]) == 1.0
+    assert np.mean(res["ne_opd"]["24"]["j_greedy"]) == 1.0
+
+
 def test_bad_config_names_the_key():
     with pytest.raises(ValueError, match="opd.eps"):
         tabular.TabularConfig(eps=1.0)
+    with pytest.raises(ValueError, match="opd.context"):
+        tabular.TabularConfig(context=-1)
     with pytest.raises(ValueError, match="opd method"):
         tabular.run_method("dpo", 4, tabular.TabularConfig(), 0)

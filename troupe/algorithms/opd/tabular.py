@@ -20,6 +20,10 @@ table, which the tests check against gradient descent on the loss functions of `
 | ``ne_opd_rkl`` | as ``ne_opd`` | π̃(·|s) |
 | ``ne_opd_vote`` | as ``ne_opd``, m teacher samples per visit | one-hot on the majority of every draw at s so far |
 
+With ``context`` k > 0 the expert hashes only the last k tokens and the student's table is
+keyed the same way: §B.5's function-approximation caveat, where what one state teaches carries
+to every prefix that ends alike.
+
 J is computed exactly along the clean path: at temperature 1 it is Π_h π(a*_h|s*_h); greedy, it
 is the probability that argmax (ties broken uniformly) picks a*_h at every depth.
 """
@@ -39,6 +43,12 @@ METHODS = ("bc", "clean_bc", "seq_kd", "opd_kl", "tm_opd", "ne_opd", "ne_opd_rkl
 State = tuple[int, ...]
 
 
+def view(s: State, context: int) -> State:
+    """What the expert and the student condition on: the whole prefix (``context`` 0, §B.5's
+    tabular hardness) or its last ``context`` tokens (an expert a student can generalise over)."""
+    return s if context == 0 else s[-context:]
+
+
 @dataclasses.dataclass
 class TabularConfig:
     vocab: int = 3
@@ -47,6 +57,7 @@ class TabularConfig:
     kd_temperature: float = 0.3  # seq_kd's teacher temperature [ASM]
     tm_lr: float = 1.0  # tm_opd's step on the logits [ASM]
     explore: float = 0.0  # NE-OPD: chance of a uniform action during the greedy roll-in [ASM, 0.05 optional]
+    context: int = 0  # 0: the expert hashes the whole prefix; k: only its last k tokens, which the student shares
     delta: float = 0.1  # ne_opd_vote: m from the Hoeffding bound at this failure probability
     votes: int = 0  # ne_opd_vote: draws per visit; 0 = the Hoeffding m
 
@@ -55,6 +66,8 @@ class TabularConfig:
             raise ValueError(f"opd.vocab={self.vocab}: expected an integer >= 2")
         if self.episodes < 1:
             raise ValueError(f"opd.episodes={self.episodes}: expected an integer >= 1")
+        if self.context < 0:
+            raise ValueError(f"opd.context={self.context}: expected 0 (the whole prefix) or a number of tokens >= 1")
         if not 0.0 <= self.eps < 1.0:
             raise ValueError(f"opd.eps={self.eps}: expected a number in [0, 1) (at 1 the teacher is pure noise)")
 
@@ -62,12 +75,13 @@ class TabularConfig:
 class Expert:
     """The clean expert (a deterministic function of the prefix) and its noisy version."""
 
-    def __init__(self, vocab: int, eps: float, salt: int = 0) -> None:
-        self.vocab, self.eps, self.salt = vocab, eps, salt
+    def __init__(self, vocab: int, eps: float, salt: int = 0, context: int = 0) -> None:
+        self.vocab, self.eps, self.salt, self.context = vocab, eps, salt, context
         self._cache: dict[State, int] = {}
         self._rows = noise.noisy_expert(np.eye(vocab), eps)  # π̃ given each clean action
 
     def clean(self, s: State) -> int:
+        s = view(s, self.context)
         a = self._cache.get(s)
         if a is None:
             key = f"{self.salt}:" + ",".join(map(str, s))
@@ -89,13 +103,16 @@ class Expert:
 class Table:
     """A tabular policy: a distribution per state, uniform where nothing was learnt."""
 
-    def __init__(self, vocab: int) -> None:
-        self.vocab = vocab
-        self.probs: dict[State, np.ndarray] = {}
+    def __init__(self, vocab: int, context: int = 0) -> None:
+        self.vocab, self.context = vocab, context
+        self.probs: dict[State, np.ndarray] = {}  # by view(s, context)
 
     def __call__(self, s: State) -> np.ndarray:
-        p = self.probs.get(s)
+        p = self.probs.get(view(s, self.context))
         return p if p is not None else np.full(self.vocab, 1.0 / self.vocab)
+
+    def set(self, s: State, p: np.ndarray) -> None:
+        self.probs[view(s, self.context)] = p
 
     def greedy(self, s: State, rng: np.random.Generator) -> int:
         p = self(s)
@@ -132,14 +149,15 @@ def sample_trajectory(policy: Callable[[State], np.ndarray], horizon: int, rng: 
     return out
 
 
-def behaviour_cloning(trajectories: list[list[tuple[State, int]]], vocab: int) -> tuple[Table, dict[State, np.ndarray]]:
-    """Cross-entropy's minimiser over a table: the empirical action frequencies per state. Also
-    returns the counts (the visits per state)."""
+def behaviour_cloning(trajectories: list[list[tuple[State, int]]], vocab: int,
+                      context: int = 0) -> tuple[Table, dict[State, np.ndarray]]:
+    """Cross-entropy's minimiser over a table: the empirical action frequencies per state (per
+    ``view`` of it). Also returns the counts (the visits per state)."""
     counts: dict[State, np.ndarray] = defaultdict(lambda: np.zeros(vocab))
     for traj in trajectories:
         for s, a in traj:
-            counts[s][a] += 1
-    table = Table(vocab)
+            counts[view(s, context)][a] += 1
+    table = Table(vocab, context)
     table.probs = {s: c / c.sum() for s, c in counts.items()}
     return table, dict(counts)
 
@@ -172,17 +190,17 @@ def run_method(method: str, horizon: int, cfg: TabularConfig, seed: int) -> dict
     if method not in METHODS:
         raise ValueError(f"opd method {method!r}: expected one of {METHODS}")
     rng = np.random.default_rng(seed)
-    expert = Expert(cfg.vocab, cfg.eps, salt=seed)
-    N, V = cfg.episodes, cfg.vocab
+    expert = Expert(cfg.vocab, cfg.eps, salt=seed, context=cfg.context)
+    N, V, k = cfg.episodes, cfg.vocab, cfg.context
     cost = 0
     if method in ("bc", "clean_bc", "seq_kd"):
         teacher = {"bc": expert.noisy,
                    "clean_bc": lambda s: noise.one_hot(expert.clean(s), V),
                    "seq_kd": lambda s: tempered(expert.noisy(s), cfg.kd_temperature)}[method]
-        student, _ = behaviour_cloning([sample_trajectory(teacher, horizon, rng) for _ in range(N)], V)
+        student, _ = behaviour_cloning([sample_trajectory(teacher, horizon, rng) for _ in range(N)], V, k)
         cost = N * horizon
     else:
-        student = Table(V)
+        student = Table(V, k)
         logits: dict[State, np.ndarray] = {}  # tm_opd's parameters
         draws: dict[State, np.ndarray] = defaultdict(lambda: np.zeros(V))  # ne_opd_vote's counts
         m = cfg.votes or noise.votes_needed(1.0 - cfg.eps, V, horizon, cfg.delta)
@@ -193,20 +211,21 @@ def run_method(method: str, horizon: int, cfg: TabularConfig, seed: int) -> dict
             for s, a in episode:
                 teacher = expert.noisy(s)
                 if method in ("opd_kl", "ne_opd_rkl"):
-                    student.probs[s] = teacher
+                    student.set(s, teacher)
                 elif method == "ne_opd":
-                    student.probs[s] = noise.one_hot(int(teacher.argmax()), V)
+                    student.set(s, noise.one_hot(int(teacher.argmax()), V))
                 elif method == "ne_opd_vote":
-                    draws[s] += rng.multinomial(m, teacher)
-                    student.probs[s] = noise.one_hot(noise.vote_of_counts(draws[s], rng), V)
+                    votes = draws[view(s, k)]
+                    votes += rng.multinomial(m, teacher)
+                    student.set(s, noise.one_hot(noise.vote_of_counts(votes, rng), V))
                 else:  # tm_opd: ∇_θ log π(a) = onehot(a) - π, scaled by the advantage
-                    z = logits.setdefault(s, np.zeros(V))
+                    z = logits.setdefault(view(s, k), np.zeros(V))
                     p = np.exp(z - z.max())
                     p /= p.sum()
                     advantage = np.log(teacher[a]) - np.log(p[a])
                     z += cfg.tm_lr * advantage * (noise.one_hot(a, V) - p)
                     q = np.exp(z - z.max())
-                    student.probs[s] = q / q.sum()
+                    student.set(s, q / q.sum())
     return {**success(student, expert, horizon), "teacher_tokens": float(cost)}
 
 
