@@ -44,8 +44,8 @@ def completion_forward(
     lse = torch.logsumexp(logits, dim=-1)  # once, for the log-probs and the entropy
     result = {"logprobs": selective_log_softmax(logits, c_ids, lse)}
     if with_entropy:
-        with torch.no_grad():
-            result["entropy"] = entropy_from_logits(logits.detach(), lse.detach())
+        with torch.no_grad():  # a metric: no graph
+            result["entropy"] = entropy_from_logits(logits, lse)
     if top_k:
         lp = torch.log_softmax(logits, -1)
         vals, idx = lp.topk(top_k, dim=-1)

@@ -43,12 +43,13 @@ class PendingScore:
 
 @dataclasses.dataclass
 class PendingSync:
-    """A weight sync in flight: its start time, the install calls, and the update (its ref, or
-    its byte count when already fetched)."""
+    """A weight sync in flight: its start time, the install calls, and the update's ref (object
+    store) or byte count (nccl, whose manifest the driver already holds)."""
 
     t: float
     loads: list[Any]
-    update: Any
+    update_ref: Any = None
+    nbytes: float | None = None
 
 
 def rollout_class(backend: str) -> type:
@@ -293,18 +294,18 @@ class PolicyGraph:
             update = learners.wait([learners[0].publish_weights.remote("nccl")], "publish_weights")[0]
             loads = ([h.load_weights.remote(update) for h in engines.handles]
                      + [learners[0].broadcast_weights.remote(update)])
-            return PendingSync(t, loads, float(update.nbytes))
+            return PendingSync(t, loads, nbytes=float(update.nbytes))
         update_ref = learners[0].publish_weights.remote()
         self.last_update = update_ref
-        return PendingSync(t, [h.load_weights.remote(update_ref) for h in engines.handles], update_ref)
+        return PendingSync(t, [h.load_weights.remote(update_ref) for h in engines.handles], update_ref=update_ref)
 
     def sync_end(self, pending: PendingSync, since: float | None = None) -> dict[str, float]:
         """Wait for `sync_begin`'s installs; ``time/sync_s`` counts from ``since`` (default: the begin)."""
         learners, engines = self._role("learner"), self._role("rollout")
         engines.wait(pending.loads, "load_weights")
-        nbytes = pending.update
-        if not isinstance(nbytes, float):  # the update's ref: a small message, its arrays stay in the store
-            nbytes = float(learners.wait([pending.update], "publish_weights")[0].nbytes)
+        nbytes = pending.nbytes
+        if nbytes is None:  # fetch the update itself: a small message, its arrays stay in the store
+            nbytes = float(learners.wait([pending.update_ref], "publish_weights")[0].nbytes)
         return {"sync/bytes": nbytes, "time/sync_s": time.perf_counter() - (pending.t if since is None else since)}
 
     def evaluate(self, rows: list[dict], sampling: Any, seed: int = 0) -> dict[str, float]:
