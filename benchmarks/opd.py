@@ -19,8 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 RESULTS = Path(__file__).parent / "results"
 # §B.5's expected figures [REF]: (method, H) -> (J at T=1, J greedy); None where it names none.
 REFERENCE = {
@@ -33,9 +31,10 @@ SWEEP_METHODS = ("bc", "opd_kl", "ne_opd")
 
 def mean_ci(values: list[float]) -> dict[str, float]:
     """Mean and a normal 95% interval over seeds."""
-    v = np.asarray(values, dtype=float)
-    half = 1.96 * v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else 0.0
-    return {"mean": float(v.mean()), "lo": float(v.mean() - half), "hi": float(v.mean() + half)}
+    from troupe.platform.metrics import mean_se
+
+    m, se, _ = mean_se(values)
+    return {"mean": m, "lo": m - 1.96 * se, "hi": m + 1.96 * se}
 
 
 def summarise(raw: dict) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,17 @@ class MetricsLog:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def mean_se(values: Iterable[float]) -> tuple[float, float, int]:
+    """Mean, standard error (sample std / sqrt n; 0 for one value) and count; NaNs for none."""
+    v = [float(x) for x in values]
+    n = len(v)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = math.fsum(v) / n
+    se = math.sqrt(math.fsum((x - mean) ** 2 for x in v) / (n - 1) / n) if n > 1 else 0.0
+    return mean, se, n
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from troupe.algorithms.bandit.policies import POLICIES, PolicyParams
 from troupe.envs.linear_bandit import LinearBanditEnv
 from troupe.platform.config import from_dict, to_dict
 from troupe.platform.errors import ConfigError, RemoteCallError
+from troupe.platform.metrics import mean_se
 
 # The agent resolves its environment by import path, so it needs no registry import of its own.
 ENV_PATH = f"{LinearBanditEnv.__module__}:{LinearBanditEnv.__qualname__}"
@@ -199,15 +200,6 @@ def loglog_slope(x: Iterable[float], y: Iterable[float]) -> tuple[float, float]:
         return math.nan, math.nan
     slope, c = np.polyfit(np.log(xa[ok]), np.log(ya[ok]), 1)
     return float(slope), float(c)
-
-
-def mean_se(values: Iterable[float]) -> tuple[float, float, int]:
-    """Mean, standard error and count."""
-    v = np.asarray(list(values), dtype=float)
-    if v.size == 0:
-        return math.nan, math.nan, 0
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
-    return float(v.mean()), se, int(v.size)
 
 
 def group_results(results: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple, list[dict[str, Any]]]:

@@ -32,6 +32,7 @@ from troupe.platform.algorithm import Algorithm
 from troupe.platform.checkpoint import atomic_write_json
 from troupe.platform.config import RunConfig, check
 from troupe.platform.errors import ConfigError
+from troupe.platform.metrics import mean_se
 from troupe.platform.placement import ActorGraph, Role
 from troupe.platform.registry import ALGORITHMS, ENVIRONMENTS
 
@@ -231,10 +232,9 @@ def _group(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[tuple, lis
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
-    v = np.asarray([x for x in values if np.isfinite(x)], float)
-    if len(v) == 0:
-        return float("nan"), float("nan")
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else 0.0
+    """Mean and standard error of the finite values."""
+    m, se, _ = mean_se(x for x in values if np.isfinite(x))
+    return m, se
 
 
 def cell_curves(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[int, dict[str, Any]]]:
