@@ -187,5 +187,8 @@ def test_bad_config_names_the_key():
         tabular.TabularConfig(eps=1.0)
     with pytest.raises(ValueError, match="opd.context"):
         tabular.TabularConfig(context=-1)
+    for key, bad in (("kd_temperature", 0.0), ("explore", 1.5), ("delta", 0.0), ("votes", -1)):
+        with pytest.raises(ValueError, match=f"opd.{key}"):
+            tabular.TabularConfig(**{key: bad})
     with pytest.raises(ValueError, match="opd method"):
         tabular.run_method("dpo", 4, tabular.TabularConfig(), 0)

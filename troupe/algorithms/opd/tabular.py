@@ -70,6 +70,14 @@ class TabularConfig:
             raise ValueError(f"opd.context={self.context}: expected 0 (the whole prefix) or a number of tokens >= 1")
         if not 0.0 <= self.eps < 1.0:
             raise ValueError(f"opd.eps={self.eps}: expected a number in [0, 1) (at 1 the teacher is pure noise)")
+        if self.kd_temperature <= 0:
+            raise ValueError(f"opd.kd_temperature={self.kd_temperature}: expected a number > 0")
+        if not 0.0 <= self.explore <= 1.0:
+            raise ValueError(f"opd.explore={self.explore}: expected a probability in [0, 1]")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"opd.delta={self.delta}: expected a probability in (0, 1)")
+        if self.votes < 0:
+            raise ValueError(f"opd.votes={self.votes}: expected draws per visit >= 1, or 0 for the Hoeffding number")
 
 
 class Expert:
