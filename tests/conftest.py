@@ -1,13 +1,27 @@
-"""Shared fixtures: one private local Ray cluster for the whole test session."""
+"""Shared fixtures: one private local Ray cluster for the whole test session.
+
+A test that starts or joins Ray is marked ``ray`` here, by what it uses (the ``ray_local``
+fixture, directly or through another fixture; the ``cluster`` marker; a place under
+tests/cluster/), so ``pytest -m "not ray"`` is the fast inner loop. The mark is kept honest:
+``ray.init`` raises in a test that is not marked ``ray``.
+"""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TESTS = Path(__file__).resolve().parent
+UNMARKED_RAY_INIT = "this test starts Ray: use the ray_local fixture so it is marked 'ray'"
 
 
 @pytest.fixture(scope="session")
@@ -35,13 +49,75 @@ def has_cuda() -> bool:
         return False
 
 
+def needs_ray(item: pytest.Item) -> bool:
+    """Whether a test starts or joins a Ray cluster, judged by what it declares."""
+    return ("ray_local" in getattr(item, "fixturenames", ()) or item.get_closest_marker("cluster") is not None
+            or TESTS / "cluster" in Path(str(item.path)).resolve().parents)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if needs_ray(item):
+            item.add_marker(pytest.mark.ray)
     if has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _refuse_ray_init(*_: Any, **__: Any) -> None:
+    raise RuntimeError(UNMARKED_RAY_INIT)
+
+
+class _GuardRayOnImport(importlib.abc.MetaPathFinder):
+    """Replaces ``ray.init`` as soon as ``ray`` is imported, so that a test not marked ``ray``
+    pays nothing for the guard unless it imports Ray itself."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "ray":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, monkeypatch = spec.loader, self.monkeypatch
+
+        class GuardingLoader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> ModuleType | None:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: ModuleType) -> None:
+                module.__loader__ = module.__spec__.loader = loader  # the real loader from here on
+                loader.exec_module(module)
+                monkeypatch.setattr(module, "init", _refuse_ray_init)
+
+        spec.loader = GuardingLoader()
+        return spec
+
+
+@pytest.fixture(autouse=True)
+def _ray_init_only_where_marked(request, monkeypatch):
+    """``ray.init`` raises in a test not marked ``ray`` (an unmarked test that starts Ray would
+    make the inner loop slow without saying why)."""
+    if request.node.get_closest_marker("ray") is not None:
+        yield
+        return
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        monkeypatch.setattr(ray, "init", _refuse_ray_init)
+        yield
+        return
+    guard = _GuardRayOnImport(monkeypatch)
+    sys.meta_path.insert(0, guard)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(guard)
 
 
 @pytest.fixture(scope="session")

@@ -53,11 +53,12 @@ from types import TracebackType
 from typing import Any
 
 from troupe.platform.errors import TroupeError
+from troupe.platform.ray_internal import FAKE_MULTINODE_PROVIDER
 
 # Variables a parent may carry that would point the cluster or its clients somewhere else:
 # RAY_AUTH_TOKEN outranks RAY_AUTH_TOKEN_PATH, RAY_ADDRESS redirects drivers.
 _INHERITED_RAY_VARS_TO_DROP = ("RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
-FAKE_PROVIDER = "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider"
+FAKE_PROVIDER = FAKE_MULTINODE_PROVIDER
 _PORT_FLAGS = (
     "--port",
     "--dashboard-port",

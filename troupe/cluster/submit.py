@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from troupe.platform.errors import TroupeError
+from troupe.platform.ray_internal import walk_upload
 
 if TYPE_CHECKING:
     from ray.job_submission import JobDetails, JobSubmissionClient
@@ -250,17 +251,13 @@ def upload_size(working_dir: str | Path, excludes: Sequence[str] = ()) -> Upload
     """The size of the zip that Ray would upload for ``working_dir``.
 
     Uses Ray's own walk and ignore rules (its default excludes such as ``.git``, ``.gitignore``
-    unless ``RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1``, ``.rayignore``, and ``excludes``). Ray
-    stores files uncompressed, so the zip is the files' bytes plus about 100 bytes per entry.
+    unless ``RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1``, ``.rayignore``, and ``excludes``), through
+    `troupe.platform.ray_internal.walk_upload`. Ray stores files uncompressed, so the zip is the
+    files' bytes plus about 100 bytes per entry.
     """
-    from ray._private import ray_constants
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
-
     root = Path(working_dir).resolve()
     if not root.is_dir():
         raise SubmitError(f"the working directory {root} does not exist or is not a directory")
-    all_excludes = ray_constants.get_runtime_env_default_excludes() + list(excludes)
-    include_gitignore = os.environ.get(ray_constants.RAY_RUNTIME_ENV_IGNORE_GITIGNORE, "0") != "1"
     sizes: list[tuple[str, int]] = []
     overhead = 22  # end-of-central-directory record
 
@@ -272,9 +269,7 @@ def upload_size(working_dir: str | Path, excludes: Sequence[str] = ()) -> Upload
             overhead += 76 + 2 * len(name.encode())
             sizes.append((name, path.stat().st_size if path.is_file() else 0))
 
-    quiet = logging.getLogger(f"{__name__}.walk")  # Ray's walk logs every ignore file at INFO
-    _dir_travel(root, [_get_excludes(root, all_excludes)], visit, include_gitignore=include_gitignore,
-                logger=quiet)
+    walk_upload(root, excludes, visit)
     sizes.sort(key=lambda t: -t[1])
     return UploadSize(sum(s for _, s in sizes) + overhead, len(sizes), tuple(sizes[:5]))
 

@@ -227,8 +227,11 @@ def _node_type_errors(config: Mapping[str, Any]) -> list[str]:
 
 
 def _ray_config_check(config: Mapping[str, Any]) -> list[str]:
-    from ray.autoscaler._private.util import prepare_config, validate_config
+    from troupe.platform.ray_internal import cluster_config_check
 
+    check = cluster_config_check()
+    if check is None:
+        return []
     out = io.StringIO()
     ray_log = logging.getLogger("ray.autoscaler")
     level = ray_log.level
@@ -237,7 +240,7 @@ def _ray_config_check(config: Mapping[str, Any]) -> list[str]:
         # about filled-in defaults); the report carries the problems.
         ray_log.setLevel(logging.ERROR)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            validate_config(prepare_config(copy.deepcopy(dict(config))))
+            check(copy.deepcopy(dict(config)))
     except Exception as e:  # ValueError, RuntimeError, jsonschema or click errors: all config problems
         return [f"Ray's config check: {_one_line(e)}"]
     finally:

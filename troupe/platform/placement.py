@@ -18,7 +18,6 @@ autoscaler is launching; after ``timeout_s`` it removes the groups and raises
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -26,6 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from troupe.platform import ray_internal
 from troupe.platform.errors import PlacementInfeasible, PlacementTimeout, RemoteCallError
 
 log = logging.getLogger(__name__)
@@ -382,12 +382,8 @@ def autoscaler_activity() -> str:
     """What the autoscaler reports launching, starting or failing to start ("" when no
     autoscaler status is published, e.g. on a fixed-size cluster)."""
     try:
-        from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
-        from ray.experimental.internal_kv import _internal_kv_get
-
-        raw = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
-        report = (json.loads(raw).get("autoscaler_report") or {}) if raw else {}
-    except Exception:  # a private Ray API: its absence only costs the hint
+        report = ray_internal.autoscaling_status().get("autoscaler_report") or {}
+    except Exception:  # not connected, or a status Ray no longer publishes: only the hint is lost
         return ""
     if not report:
         return ""
