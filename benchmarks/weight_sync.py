@@ -169,10 +169,11 @@ def receive_cost(model_path: str, repeats: int) -> dict[str, Any]:
 
 
 def object_store_sync(learner: Any, engines: Any) -> dict[str, float]:
-    """The object-store path of ``PolicyGraph.sync_weights``, call for call: learner rank 0
-    publishes, every engine loads, the driver reads the update's size."""
+    """The object-store path of ``PolicyGraph.sync_weights`` (`ObjectStoreTransport.begin` and
+    `end`), call for call: learner rank 0 publishes, every engine loads, the driver reads the
+    update's size."""
     t = time.perf_counter()
-    update_ref = learner[0].publish_weights.remote()
+    update_ref = learner[0].publish_weights.remote("object_store")
     engines.wait([h.load_weights.remote(update_ref) for h in engines.handles], "load_weights")
     nbytes = learner.wait([update_ref], "publish_weights")[0].nbytes
     return {"sync/bytes": float(nbytes), "time/sync_s": time.perf_counter() - t}

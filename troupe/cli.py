@@ -105,15 +105,10 @@ def _report(run_dir: str) -> int:
     algo_name = old.get("algorithm") or path.name.rsplit("-", 2)[0]
     cls = algorithm_class(algo_name)
     cfg = cfglib.from_dict(cls.Config, cfglib.load_yaml(path / "config.yaml"))
-    algo = cls.__new__(cls)  # no graph: only the report hooks, which read history and config
-    algo.config, algo.ctx, algo.graph = cfg, RunContext(path), None
-    keep = {k: v for k, v in old.items() if k not in ("first", "final", "steps", "algorithm")}
-    try:
-        keep.update(algo.finalize(read_metrics(path / "metrics.jsonl")))
-        sections = algo.report_sections(keep)
-    except AttributeError:  # hooks that need live state: keep the saved summary
-        sections = []
-    out = write_report(path, algo_name, cfglib.to_dict(cfg), keep, sections)
+    report = cls.report(cfg, RunContext(path), read_metrics(path / "metrics.jsonl"))
+    # What only the live run knew (its faults and wall time) stays as the run wrote it.
+    keep = {k: old[k] for k in ("faults", "wall_s", "run_dir") if k in old}
+    out = write_report(path, algo_name, cfglib.to_dict(cfg), {**report.summary, **keep}, report.sections)
     print(out)
     return 0
 

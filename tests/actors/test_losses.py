@@ -45,13 +45,13 @@ def test_k3_kl_hand_values():
 def test_ppo_clip_hand_values():
     lp = torch.log(torch.tensor([[1.5, 0.5, 1.0]]))  # ratios 1.5, 0.5, 1.0 against old = 0
     old = torch.zeros(1, 3)
-    loss, extra = ppo_clip(lp, old, torch.tensor([1.0]), clip_low=0.2, clip_high=0.2)
+    out = ppo_clip(lp, old, torch.tensor([1.0]), clip_low=0.2, clip_high=0.2)
     # A>0: min(ρ, clip(ρ)) = [1.2, 0.5, 1.0]
-    assert torch.allclose(loss, -torch.tensor([[1.2, 0.5, 1.0]]), atol=1e-6)
-    assert extra["clipped"].tolist() == [[1.0, 0.0, 0.0]]
-    loss, _ = ppo_clip(lp, old, torch.tensor([-1.0]), clip_low=0.2, clip_high=0.28)
+    assert torch.allclose(out.per_token, -torch.tensor([[1.2, 0.5, 1.0]]), atol=1e-6)
+    assert out.token_metrics["ratio/clip_frac"].tolist() == [[1.0, 0.0, 0.0]]
+    out = ppo_clip(lp, old, torch.tensor([-1.0]), clip_low=0.2, clip_high=0.28)
     # A<0: min(-ρ, -clip(ρ)) = -max(ρ, clip(ρ)) = [-1.5, -0.8, -1.0]
-    assert torch.allclose(loss, torch.tensor([[1.5, 0.8, 1.0]]), atol=1e-6)
+    assert torch.allclose(out.per_token, torch.tensor([[1.5, 0.8, 1.0]]), atol=1e-6)
 
 
 def test_aggregations_hand_values():

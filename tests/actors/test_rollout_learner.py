@@ -135,9 +135,11 @@ def test_two_ddp_ranks_take_the_same_step_as_one(ray_local, tiny_model_dir):
         learners.call("init_distributed", addr, port)
         learners.call("update", batch, {"advantages": adv})
         states = learners.call("get_state")
+        # Adam divides by sqrt(v) + eps: float32 roundoff in a gradient near eps moves a weight by up
+        # to about 2e-5 here (2 of 16,576 embedding entries on this CPU), against a step of lr = 1e-2.
         for k, (a, _) in w1.items():
             if k.startswith("model/"):
-                assert torch.allclose(torch.from_numpy(a.copy()), torch.from_numpy(states[0][0][k][0].copy()), atol=1e-5), k
+                assert torch.allclose(torch.from_numpy(a.copy()), torch.from_numpy(states[0][0][k][0].copy()), atol=5e-5), k
                 assert torch.equal(torch.from_numpy(states[0][0][k][0].copy()), torch.from_numpy(states[1][0][k][0].copy()))
     finally:
         two.shutdown()

@@ -51,8 +51,8 @@ def test_straggling_rollout_engine_is_restarted_and_its_call_reissued(ray_local)
         graph["rollout"].wait([graph["rollout"][0].straggle.remote(600)], "straggle")
 
         t = time.monotonic()
-        pending = policy.generate(["a", "b", "c", "d"], [{}] * 4, sampling=None, seed=10)
-        batches = ray_local.get(policy.wait_batches(pending), timeout=30)
+        rollout = policy.rollout(["a", "b", "c", "d"], [{}] * 4, sampling=None, seed=10, score=False)
+        batches = ray_local.get(rollout.batches(), timeout=30)
         elapsed = time.monotonic() - t
 
         assert [b["completions"] for b in batches] == [["a!", "b!"], ["c!", "d!"]]

@@ -17,22 +17,22 @@ def test_rollout_engine_killed_mid_generate_is_restarted_and_its_work_reissued(r
         rows = run.algo.sample_prompts(99)
         prompts, sampling = [r["prompt"] for r in rows] * 8, run.config.rollout.sampling
         # Without a fault, the reward call started with the rollout scores the batches it returns.
-        pending = policy.generate(prompts, rows * 8, sampling, seed=4)
-        scoring = policy.score_begin(pending)
-        assert scoring.batch_refs == policy.wait_batches(pending)
-        assert len(policy.score(scoring.batch_refs, scoring)["rewards"]) == 32
-        pending = policy.generate(prompts, rows * 8, sampling, seed=5)
-        scoring = policy.score_begin(pending)
+        rollout = policy.rollout(prompts, rows * 8, sampling, seed=4)
+        out = rollout.result()
+        assert rollout.early_batches == out.batches
+        assert len(out.rewards) == 32
+        rollout = policy.rollout(prompts, rows * 8, sampling, seed=5)
         ray_local.kill(run.graph["rollout"][0], no_restart=False)  # dies with the call in flight
-        refs = policy.wait_batches(pending)
+        refs = rollout.batches()
         batch = ray_local.get(refs[0])
         assert len(batch) == 32
         assert batch.meta["version"] == 1  # the restarted engine was given the current weights first
         assert policy.faults == 1
         # The early reward call failed with the lost batch; the re-issued one is scored anew.
-        assert scoring.batch_refs != refs
-        scored = policy.score(refs, scoring)
-        assert len(scored["rewards"]) == 32 and not scored["errors"]
+        assert rollout.early_batches != refs
+        out = rollout.result()
+        assert len(out.rewards) == 32 and not out.errors
+        assert out.faults == 1
         m = run.step()
         assert m["faults"] == 1.0  # counted in the step that follows, and in the report
         summary = run.finish()

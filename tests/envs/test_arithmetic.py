@@ -30,9 +30,9 @@ def test_checker():
 
 
 def test_bad_task_config():
-    with pytest.raises(ConfigError, match="env.ops"):
+    with pytest.raises(ConfigError, match="task.ops"):
         ArithmeticTask(ops=("/",))
-    with pytest.raises(ConfigError, match="env.digits"):
+    with pytest.raises(ConfigError, match="task.digits"):
         ArithmeticTask(digits=0)
 
 

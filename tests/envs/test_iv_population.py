@@ -113,7 +113,7 @@ def test_bad_population_parameters_name_the_key():
     with pytest.raises(ConfigError, match="bad parameters"):
         make_population("iv_1d", {"no_such_key": 1})
     with pytest.raises(ConfigError, match="not an IV population"):
-        make_population("arithmetic", {})
+        make_population("video_qa", {})
 
 
 def test_populations_are_registered():

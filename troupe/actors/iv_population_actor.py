@@ -58,6 +58,4 @@ class IVPopulationActor:
 
     def truth(self, label: str) -> dict[str, Any]:
         """The truth on pool and target, for the final report's plots (never for an experimenter)."""
-        pop = self._population(label)
-        return {"X_pool": pop.X_pool, "X_target": pop.X_target, "tau_pool": pop.tau(pop.X_pool),
-                "tau_target": pop.target_cate(), "propensity": pop.propensity_table()}
+        return self._population(label).truth()

@@ -21,14 +21,14 @@ import torch
 
 from troupe.actors.base import configure_threads
 from troupe.actors.logprobs import completion_forward, score_completions
-from troupe.actors.losses import AGGREGATIONS, policy_objective
+from troupe.actors.losses import policy_objective
 from troupe.actors.models import load_causal_lm
 from troupe.actors.scorer import as_batch
-from troupe.actors.transport import lora as lora_transport
 from troupe.actors.transport import object_store
-from troupe.actors.transport.base import WeightUpdate, pack_state_dict, unpack_state_dict
+from troupe.actors.transport.base import WeightUpdate, choose_transport, pack_state_dict, unpack_state_dict
 from troupe.platform.batch import Batch
-from troupe.platform.config import check
+from troupe.platform.config import check, registered
+from troupe.platform.registry import AGGREGATIONS, POLICY_LOSSES, TRANSPORTS
 
 
 @dataclasses.dataclass
@@ -52,10 +52,11 @@ class LearnerConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = 1.0
-    loss: str = "ppo_clip"
-    aggregation: str = "grpo"  # grpo | dr_grpo | dapo
-    clip_low: float = 0.2
-    clip_high: float = 0.2  # DAPO's clip-higher raises this (e.g. 0.28)
+    loss: str = registered("ppo_clip", POLICY_LOSSES)  # ppo_clip, reinforce, or "module:function"
+    # The loss's own hyperparameters, by name; its signature holds their defaults
+    # (ppo_clip: clip_low, clip_high — DAPO's clip-higher is loss_kwargs.clip_high=0.28).
+    loss_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    aggregation: str = registered("grpo", AGGREGATIONS)  # grpo, dr_grpo, dapo, or "module:function"
     kl_coef: float = 0.0  # k3 KL to the reference policy; > 0 adds a reference scorer
     num_minibatches: int = 1  # optimizer steps per batch
     micro_batch_size: int = 64
@@ -68,12 +69,17 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         check(self.lr > 0, "learner.lr", self.lr, "a number > 0")
-        check(self.aggregation in AGGREGATIONS, "learner.aggregation", self.aggregation, f"one of {AGGREGATIONS}")
         check(self.num_minibatches >= 1, "learner.num_minibatches", self.num_minibatches, "an integer >= 1")
         check(self.micro_batch_size >= 1, "learner.micro_batch_size", self.micro_batch_size, "an integer >= 1")
         check(self.num_ranks >= 1, "learner.num_ranks", self.num_ranks, "an integer >= 1")
         check(self.grad_clip >= 0, "learner.grad_clip", self.grad_clip, "a number >= 0 (0 disables)")
         check(self.kl_coef >= 0, "learner.kl_coef", self.kl_coef, "a number >= 0")
+
+    def validate(self) -> None:
+        """Checks that need the loss itself (run in the driver by `check_registered`)."""
+        from troupe.actors.losses import check_loss_kwargs
+
+        check_loss_kwargs(self.loss, self.loss_kwargs)
 
 
 class Learner:
@@ -166,7 +172,7 @@ class Learner:
                 loss, m = policy_objective(
                     self.cfg.loss, fwd["logprobs"], mb["logprobs"], mb["advantages"], mb["completion_mask"],
                     aggregation=self.cfg.aggregation, kl_coef=self.cfg.kl_coef, ref_logprobs=mb.get("ref_logprobs"),
-                    clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, **norm,
+                    loss_kwargs=self.cfg.loss_kwargs, **norm,
                 )
                 # DDP averages gradients over ranks; the normalisers are already global.
                 (loss * self.world_size).backward()
@@ -183,8 +189,9 @@ class Learner:
 
     # -- weights ------------------------------------------------------------------------
     def publish_weights(self, transport: str = "object_store") -> WeightUpdate:
-        """The current weights under a new version: in the object store, or (``"nccl"``) as a
-        manifest whose tensors `broadcast_weights` then sends. LoRA always sends the adapter only."""
+        """The current weights under a new version, as the registered ``transport`` sends them:
+        in the object store, or (``"nccl"``) as a manifest whose tensors `broadcast_weights` then
+        sends. LoRA always sends the adapter only (`choose_transport`)."""
         self.version += 1
         return self._published(transport)
 
@@ -193,16 +200,7 @@ class Learner:
         return self._published("object_store")
 
     def _published(self, transport: str) -> WeightUpdate:
-        if self.cfg.lora.enabled:
-            from peft import get_peft_model_state_dict
-
-            return lora_transport.publish(get_peft_model_state_dict(self.model), self.cfg.lora.peft_config(),
-                                          self.version)
-        if transport == "nccl":
-            from troupe.actors.transport import nccl
-
-            return nccl.publish(self.model.state_dict(), self.version)
-        return object_store.publish(self.model.state_dict(), self.version)
+        return TRANSPORTS.get(choose_transport(transport, self.cfg.lora.enabled)).publish(self)
 
     def init_weight_group(self, address: str, port: int, rank: int, world_size: int) -> bool:
         """Join the nccl group shared with the rollout engines (this rank is the source)."""

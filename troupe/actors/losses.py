@@ -1,19 +1,23 @@
 """Policy losses and their aggregation, as pure functions over per-token tensors.
 
-A policy loss maps per-token log-probs to a per-token loss; `aggregation_weights` turns it
-into one scalar. Aggregation uses batch-wide counts carried in ``Batch.meta`` so that N DDP
-ranks, each with a shard, produce exactly the gradient of one rank holding the whole batch.
+A policy loss maps per-token log-probs to a `PolicyLossOutput`; its own hyperparameters are
+its keyword arguments, filled from ``learner.loss_kwargs``. An aggregation (``grpo``,
+``dr_grpo``, ``dapo``) gives the per-token weights that turn it into one scalar. Both are
+registered as entry points (``troupe.losses``, ``troupe.aggregations``). Aggregation uses
+batch-wide counts, so that N DDP ranks, each with a shard, produce exactly the gradient of one
+rank holding the whole batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import Any
 
 import torch
 
-from troupe.platform.registry import POLICY_LOSSES
-
-AGGREGATIONS = ("grpo", "dr_grpo", "dapo")
+from troupe.platform.errors import ConfigError
+from troupe.platform.registry import AGGREGATIONS, POLICY_LOSSES
 
 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, lse: torch.Tensor | None = None) -> torch.Tensor:
@@ -39,57 +43,81 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
+@dataclasses.dataclass
+class PolicyLossOutput:
+    """What a policy loss returns: the per-token loss (the shape of ``logprobs``), and per-token
+    diagnostics that the learner averages over the completion tokens and logs under their key."""
+
+    per_token: torch.Tensor
+    token_metrics: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+
+
+# -- aggregations: per-token weights w with loss = sum(w * per_token_loss) -------------------
+# ``num_seqs``/``num_tokens``/``max_len`` are batch-wide, so N DDP ranks give one rank's gradient.
+def grpo_weights(mask: torch.Tensor, num_seqs: int, num_tokens: int, max_len: int) -> torch.Tensor:
+    # GRPO: 1/G sum_i 1/|o_i| sum_t  →  w = m / (|o_i| · N)
+    m = mask.to(torch.float32)
+    return m / m.sum(-1, keepdim=True).clamp(min=1.0) / float(num_seqs)
+
+
+def dapo_weights(mask: torch.Tensor, num_seqs: int, num_tokens: int, max_len: int) -> torch.Tensor:
+    # DAPO: token mean over the batch  →  w = m / sum(m)
+    return mask.to(torch.float32) / max(float(num_tokens), 1.0)
+
+
+def dr_grpo_weights(mask: torch.Tensor, num_seqs: int, num_tokens: int, max_len: int) -> torch.Tensor:
+    # Dr.GRPO: constant normaliser N · L_max  →  w = m / (N · L_max)
+    return mask.to(torch.float32) / (float(num_seqs) * float(max_len))
+
+
 def aggregation_weights(
     mask: torch.Tensor, mode: str, num_seqs: int | None = None, num_tokens: int | None = None,
     max_len: int | None = None,
 ) -> torch.Tensor:
-    """Per-token weights w with loss = sum(w * per_token_loss).
-
-    GRPO:    1/G sum_i 1/|o_i| sum_t        → w = m / (|o_i| · N)
-    DAPO:    token mean over the batch      → w = m / sum(m)
-    Dr.GRPO: constant normaliser N · L_max  → w = m / (N · L_max)
-    ``num_seqs``/``num_tokens``/``max_len`` are batch-wide (default: this tensor's own).
-    """
-    m = mask.to(torch.float32)
-    n = float(num_seqs if num_seqs is not None else m.shape[0])
-    if mode == "grpo":
-        lengths = m.sum(-1, keepdim=True).clamp(min=1.0)
-        return m / lengths / n
-    if mode == "dapo":
-        total = float(num_tokens if num_tokens is not None else m.sum().item())
-        return m / max(total, 1.0)
-    if mode == "dr_grpo":
-        length = float(max_len if max_len is not None else m.shape[-1])
-        return m / (n * length)
-    raise ValueError(f"unknown aggregation {mode!r}; expected one of {AGGREGATIONS}")
+    """Per-token weights of the registered aggregation ``mode``; the batch-wide counts default
+    to this tensor's own."""
+    return AGGREGATIONS.get(mode)(
+        mask, num_seqs=int(num_seqs if num_seqs is not None else mask.shape[0]),
+        num_tokens=int(num_tokens if num_tokens is not None else mask.sum().item()),
+        max_len=int(max_len if max_len is not None else mask.shape[-1]))
 
 
-@POLICY_LOSSES.register("ppo_clip")
+# -- policy losses: (logprobs, old_logprobs, advantages, **own hyperparameters) → PolicyLossOutput
 def ppo_clip(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    **_: Any,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    clip_high: float = 0.2,  # DAPO's clip-higher raises this (e.g. 0.28)
+) -> PolicyLossOutput:
     """-min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A) per token; ``advantages`` is [B] or [B, T]."""
     adv = advantages if advantages.dim() == logprobs.dim() else advantages.unsqueeze(-1)
     ratio = torch.exp(logprobs - old_logprobs)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
-    loss = -torch.min(unclipped, clipped)
-    return loss, {"clipped": (clipped < unclipped).float(), "ratio": ratio.detach()}
+    return PolicyLossOutput(-torch.min(unclipped, clipped),
+                            {"ratio/clip_frac": (clipped < unclipped).float(), "ratio/mean": ratio.detach()})
 
 
-@POLICY_LOSSES.register("reinforce")
-def reinforce(
-    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, **_: Any
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def reinforce(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor) -> PolicyLossOutput:
     """Importance-weighted policy gradient -ρ·A with ρ = π/π_old (no clipping)."""
     adv = advantages if advantages.dim() == logprobs.dim() else advantages.unsqueeze(-1)
     ratio = torch.exp(logprobs - old_logprobs)
-    return -ratio * adv, {"clipped": torch.zeros_like(ratio), "ratio": ratio.detach()}
+    return PolicyLossOutput(-ratio * adv, {"ratio/clip_frac": torch.zeros_like(ratio), "ratio/mean": ratio.detach()})
+
+
+def check_loss_kwargs(loss_name: str, loss_kwargs: dict[str, Any], key: str = "learner.loss_kwargs") -> None:
+    """Every key of ``loss_kwargs`` must be a hyperparameter of the loss: a typo fails in the
+    driver, naming the loss and what it takes."""
+    fn = POLICY_LOSSES.resolve(loss_name, "learner.loss")
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    own = list(params)[3:]  # after (logprobs, old_logprobs, advantages)
+    unknown = sorted(set(loss_kwargs) - set(own))
+    if unknown:
+        raise ConfigError(f"{key} has {unknown} but the policy loss {loss_name!r} takes "
+                          f"{own or 'no hyperparameters'}")
 
 
 def policy_objective(
@@ -104,18 +132,23 @@ def policy_objective(
     num_seqs: int | None = None,
     num_tokens: int | None = None,
     max_len: int | None = None,
-    **loss_kwargs: Any,
+    loss_kwargs: dict[str, Any] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The scalar loss: aggregate(policy loss + β·k3 KL) and its diagnostics."""
-    per_token, extra = POLICY_LOSSES.get(loss_name)(logprobs, old_logprobs, advantages, **loss_kwargs)
+    out = POLICY_LOSSES.get(loss_name)(logprobs, old_logprobs, advantages, **(loss_kwargs or {}))
+    if not isinstance(out, PolicyLossOutput) or out.per_token.shape != logprobs.shape:
+        got = (f"a per-token loss of shape {tuple(out.per_token.shape)}" if isinstance(out, PolicyLossOutput)
+               else type(out).__name__)
+        raise TypeError(f"policy loss {loss_name!r} returned {got}; it must return "
+                        f"troupe.actors.losses.PolicyLossOutput(per_token=<tensor of shape {tuple(logprobs.shape)}>, "
+                        "token_metrics={...})")
+    per_token = out.per_token
     w = aggregation_weights(mask, aggregation, num_seqs, num_tokens, max_len)
     m = mask.to(per_token.dtype)
     denom = m.sum().clamp(min=1.0)
-    metrics: dict[str, float] = {
-        "loss/policy": float((w * per_token).sum().detach()),
-        "ratio/clip_frac": float((extra["clipped"] * m).sum() / denom),
-        "ratio/mean": float((extra["ratio"] * m).sum() / denom),
-    }
+    metrics: dict[str, float] = {"loss/policy": float((w * per_token).sum().detach())}
+    for k, v in out.token_metrics.items():
+        metrics[k] = float((v.detach() * m).sum() / denom)
     total = per_token
     if kl_coef or ref_logprobs is not None:
         if ref_logprobs is None:

@@ -2,7 +2,8 @@
 
 ``generate(prompts, sampling) → Batch`` with prompt and completion token ids, masks, the
 per-token log-probs of the sampled tokens under the sampling distribution, and texts;
-``load_weights(update)`` swaps in a learner's published weights by version. A vision-language
+``load_weights(update)`` swaps in a learner's published weights by version (the transport that
+made the update installs it with `install_state` or `install_adapter`). A vision-language
 model also takes each row's ``"frames"`` (see `troupe.actors.vision`).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ from troupe.actors.transport.base import WeightUpdate
 from troupe.actors.vision import VideoLayout, is_vision_model, video_inputs, video_prompts, vision_token_ids
 from troupe.platform.batch import Batch
 from troupe.platform.errors import ConfigError
+from troupe.platform.registry import TRANSPORTS
 
 
 class HFRolloutEngine:
@@ -51,6 +54,11 @@ class HFRolloutEngine:
         self.chat = chat
         self.seed = seed
         self.version = 0
+
+    @classmethod
+    def config_kwargs(cls, cfg: Any) -> dict[str, Any]:
+        """The constructor arguments taken from an algorithm's config (all but ``model_path``)."""
+        return {"dtype": cfg.model.dtype, "seed": cfg.run.seed, "device": cfg.model.device}
 
     def format_prompts(self, prompts: list[str]) -> list[str]:
         return chat_format(self.tokenizer, prompts, self.chat)
@@ -166,14 +174,18 @@ class HFRolloutEngine:
         return texts
 
     def load_weights(self, update: WeightUpdate) -> int:
-        """Install a learner's published weights; returns the new version."""
-        if update.kind == "lora":
-            self.model = lora_transport.receive(self.model, update)
-        else:
-            # Inference only: CPU weights may point at the update's buffer instead of a copy.
-            object_store.receive(self.model, update, share=True)
+        """Install a learner's published weights with the transport that made them; returns the new version."""
+        TRANSPORTS.get(update.kind).receive(self, update)
         self.version = update.version
         return self.version
+
+    def install_state(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Full weights by name. Inference only: CPU weights may point at the update's buffer instead of a copy."""
+        object_store.install(self.model, state, share=True)
+
+    def install_adapter(self, adapter: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> None:
+        """A peft LoRA adapter and its ``LoraConfig`` arguments (the model is wrapped on first use)."""
+        self.model = lora_transport.install_adapter(self.model, adapter, config)
 
     def get_version(self) -> int:
         return self.version

@@ -32,14 +32,15 @@ versions return the raw (``T = 1``) log-probs. Kernels differ from the learner's
 ``learner.recompute_old_logprobs=true``: the learner then recomputes π_old itself and the
 engine's log-probs only feed metrics.
 
-Weights: full updates from the object store go to the model's own ``load_weights`` (it takes
-Hugging Face parameter names and fuses q/k/v and gate/up itself) through a worker extension
+Weights: the transport that made an update installs it with one of the engine's primitives.
+Full weights (`install_state`) go to the model's own ``load_weights`` (it takes Hugging Face
+parameter names and fuses q/k/v and gate/up itself) through a worker extension
 (`TroupeWorkerExtension`, called by name with `LLM.collective_rpc`); nccl updates arrive by
-broadcast into the same call (`troupe.actors.transport.nccl`). LoRA updates are merged into
-the base weights here, ``W = W0 + (alpha / r) · B A``, and loaded as full weights of the
-adapted modules: the engine needs no LoRA configuration, generation runs at base-model speed,
-and only the adapter crosses the network. After every update the prefix cache is reset, as
-its KV blocks were computed with the old weights.
+broadcast into the same call (`install_broadcast`, `troupe.actors.transport.nccl`). LoRA
+adapters (`install_adapter`) are merged into the base weights here, ``W = W0 + (alpha / r) · B A``,
+and loaded as full weights of the adapted modules: the engine needs no LoRA configuration,
+generation runs at base-model speed, and only the adapter crosses the network. After every
+update the prefix cache is reset, as its KV blocks were computed with the old weights.
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ from troupe.actors.sampling import (  # noqa: F401  (chat_format: part of this m
     sampling_and_rows,
 )
 from troupe.actors.transport import nccl
-from troupe.actors.transport.base import WeightUpdate, unpack_state_dict
+from troupe.actors.transport.base import WeightUpdate
 from troupe.platform.batch import Batch
 from troupe.platform.errors import ConfigError
+from troupe.platform.registry import TRANSPORTS
 
 MIN_VLLM = (0, 10, 2)  # processed_logprobs after temperature; worker_extension_cls; collective_rpc
 INSTALL = 'pip install -e ".[gpu]"'
@@ -277,6 +279,12 @@ class VLLMRolloutEngine:
         self.version = 0
         self._lora_base: dict[str, torch.Tensor] | None = None
 
+    @classmethod
+    def config_kwargs(cls, cfg: Any) -> dict[str, Any]:
+        """The constructor arguments taken from an algorithm's config (all but ``model_path``)."""
+        return {"dtype": cfg.model.dtype, "seed": cfg.run.seed,
+                "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization, "max_model_len": cfg.rollout.max_model_len}
+
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
                  seed: int | None = None, option_letters: list[str] | None = None) -> Batch:
         """Sample one completion per prompt (repeat a prompt G times for a group); with
@@ -320,31 +328,27 @@ class VLLMRolloutEngine:
 
     # -- weights ------------------------------------------------------------------------------
     def load_weights(self, update: WeightUpdate) -> int:
-        """Install a learner's published weights (full, LoRA or nccl); returns the new version."""
-        if update.kind == "nccl":
-            self.llm.collective_rpc("troupe_receive_nccl", args=(update.ref,))
-        elif update.kind == "lora":
-            self._load_named(self._merged_lora(update))
-        else:
-            import ray
-
-            self._load_named(unpack_state_dict(ray.get(update.ref)))
+        """Install a learner's published weights with the transport that made them; returns the new version."""
+        TRANSPORTS.get(update.kind).receive(self, update)
         self.llm.reset_prefix_cache()  # cached KV blocks belong to the old weights
         self.version = update.version
         return self.version
 
-    def _load_named(self, weights: Mapping[str, torch.Tensor]) -> None:
+    def install_state(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Full weights by Hugging Face name, copied into the running model in place."""
         self.llm.collective_rpc("troupe_load_weights", args=(list(weights.items()),))
 
-    def _merged_lora(self, update: WeightUpdate) -> dict[str, torch.Tensor]:
-        import ray
-
-        adapter = unpack_state_dict(ray.get(update.ref))
+    def install_adapter(self, adapter: Mapping[str, torch.Tensor], config: Mapping[str, Any]) -> None:
+        """A peft LoRA adapter, merged into the base weights of the modules it adapts."""
         targets = lora_targets(adapter)
         if self._lora_base is None or not set(targets) <= self._lora_base.keys():
             # Merging starts from the base every time, never from the previous merge: keep W0 on the CPU.
             self._lora_base = read_base_weights(self.model_path, targets)
-        return merge_lora(self._lora_base, adapter, update.adapter_config or {})
+        self.install_state(merge_lora(self._lora_base, adapter, config))
+
+    def install_broadcast(self, manifest: nccl.Manifest) -> None:
+        """Full weights broadcast bucket by bucket on the weight-sync group (`init_weight_group` first)."""
+        self.llm.collective_rpc("troupe_receive_nccl", args=(manifest,))
 
     def weight_group_size(self) -> int:
         """vLLM workers of this engine: the ranks it takes in the nccl weight-sync group."""

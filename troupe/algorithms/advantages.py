@@ -1,10 +1,9 @@
-"""Advantage estimators, registered by name: ``rewards [N]``, ``group_ids [N]`` → ``advantages [N]``."""
+"""Advantage estimators: ``rewards [N]``, ``group_ids [N]`` (and keyword fields an estimator
+names, e.g. BPO's ``is_anchor``) → ``advantages [N]``; registered as ``troupe.advantages`` entry points."""
 
 from __future__ import annotations
 
 import torch
-
-from troupe.platform.registry import ADVANTAGES
 
 
 def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -18,27 +17,19 @@ def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.
     return means[inv], std[inv], counts[inv].to(torch.float64)
 
 
-@ADVANTAGES.register("grpo")
 def grpo_advantage(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     # GRPO: A_i = (r_i - mean(r)) / (std(r) + eps), std with Bessel's correction
     mean, std, _ = _group_stats(rewards, group_ids)
     return ((rewards.to(torch.float64) - mean) / (std + eps)).to(torch.float32)
 
 
-@ADVANTAGES.register("dr_grpo")
 def dr_grpo_advantage(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     # Dr.GRPO: A_i = r_i - mean(r)
     mean, _, _ = _group_stats(rewards, group_ids)
     return (rewards.to(torch.float64) - mean).to(torch.float32)
 
 
-@ADVANTAGES.register("rloo")
 def rloo_advantage(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     # RLOO: A_i = r_i - mean_{j != i}(r_j) = G/(G-1) (r_i - mean(r))
     mean, _, n = _group_stats(rewards, group_ids)
     return ((rewards.to(torch.float64) - mean) * n / (n - 1).clamp(min=1)).to(torch.float32)
-
-
-# BPO's pack advantages take the pack's structure as keyword arguments (see bpo/behavior.py).
-for _name in ("ar_cf", "ar_literal", "mixed_mean", "mixed_meanstd"):
-    ADVANTAGES.register_lazy(_name, f"troupe.algorithms.bpo.behavior:{_name}")

@@ -1,14 +1,13 @@
 """The rollout → reward → learner graph that LLM algorithms share (GRPO, BPO, OPD, ...).
 
-`PolicyGraph` declares the roles from the common config sections and offers the fan-out
-calls an algorithm's `step` is written with: generate, score, reference log-probs, update,
-weight sync, evaluate, save and load. Data moves as object refs; the driver pulls only
-rewards and metrics.
+`PolicyGraph` declares the roles from the common config sections and offers the calls an
+algorithm's `step` is written with: `rollout` (generate and score, see `rollout.py`),
+`update_and_sync`, `evaluate`, `save` and `load`. Data moves as object refs; the driver pulls
+only rewards and metrics.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import time
 from pathlib import Path
@@ -20,49 +19,19 @@ import torch
 from troupe.actors.learner import Learner
 from troupe.actors.reward import RuleReward
 from troupe.actors.scorer import Scorer
+from troupe.actors.transport.base import PendingSync, Transport, choose_transport
+from troupe.algorithms.rollout import PendingUpdate, Rollout
 from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
 from troupe.platform.config import to_dict
 from troupe.platform.errors import RemoteCallError
 from troupe.platform.placement import ActorGraph, Role
-
-
-@dataclasses.dataclass
-class PendingRollout:
-    """Generate calls in flight: (engine index, args, kwargs, ref) per engine."""
-
-    calls: list[tuple[int, tuple, int, Any]] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class PendingScore:
-    """A score call started on a rollout's Batch refs before they were ready."""
-
-    batch_refs: list[Any]
-    ref: Any
-
-
-@dataclasses.dataclass
-class PendingSync:
-    """A weight sync in flight: its start time, the install calls, and the update's ref (object
-    store) or byte count (nccl, whose manifest the driver already holds)."""
-
-    t: float
-    loads: list[Any]
-    update_ref: Any = None
-    nbytes: float | None = None
+from troupe.platform.registry import ROLLOUT_BACKENDS, TRANSPORTS
 
 
 def rollout_class(backend: str) -> type:
-    """The engine class for a backend; vLLM is imported only when chosen."""
-    if backend == "hf":
-        from troupe.actors.rollout_hf import HFRolloutEngine
-
-        return HFRolloutEngine
-    if backend == "vllm":
-        from troupe.actors.rollout_vllm import VLLMRolloutEngine
-
-        return VLLMRolloutEngine
-    raise ValueError(f"rollout.backend={backend!r}: expected 'hf' or 'vllm'")
+    """The engine class registered as ``backend`` in ROLLOUT_BACKENDS; its module (vLLM's
+    included) is imported only when chosen."""
+    return ROLLOUT_BACKENDS.resolve(backend, "rollout.backend")
 
 
 def step_seed(seed: int, step: int, salt: str = "") -> int:
@@ -90,9 +59,10 @@ class PolicyGraph:
         self.graph: ActorGraph | None = None
         self.faults = 0  # rollout calls re-issued after an engine died or timed out
         self.max_reissues = 2
-        self.last_update: Any = None  # ref of the newest WeightUpdate, for restarted engines
+        self._transport: Transport | None = None  # how weights reach the engines: see `transport`
 
-    def _role(self, name: str) -> Any:
+    def role(self, name: str) -> Any:
+        """This policy's actor group for ``name`` (learner, rollout, reward or reference)."""
         return self.graph[self.names[name]]
 
     # -- roles ------------------------------------------------------------------------
@@ -121,14 +91,7 @@ class PolicyGraph:
         return roles
 
     def _rollout_kwargs(self) -> dict[str, Any]:
-        c = self.cfg
-        kw: dict[str, Any] = {"model_path": self.model_path, "dtype": c.model.dtype, "seed": c.run.seed}
-        if c.rollout.backend == "vllm":
-            kw["gpu_memory_utilization"] = c.rollout.gpu_memory_utilization
-            kw["max_model_len"] = c.rollout.max_model_len
-        else:
-            kw["device"] = c.model.device
-        return kw
+        return {"model_path": self.model_path, **rollout_class(self.cfg.rollout.backend).config_kwargs(self.cfg)}
 
     def setup(self, graph: ActorGraph) -> None:
         self.graph = graph
@@ -136,79 +99,56 @@ class PolicyGraph:
         if len(learners) > 1:
             addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
             learners.call("init_distributed", addr, port)
-        if self.nccl:
-            self._init_weight_group()
+        self.transport.setup()
 
     @property
-    def nccl(self) -> bool:
-        return self.cfg.rollout.weight_transport == "nccl" and not self.cfg.learner.lora.enabled
-
-    def _init_weight_group(self) -> None:
-        """One nccl group: learner rank 0 is rank 0, then every engine's workers."""
-        from troupe.actors.transport import nccl
-
-        learners, engines = self._role("learner"), self._role("rollout")
-        addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
-        plan = nccl.plan_group(addr, port, engines.call("weight_group_size"))
-        # Launch every member before waiting: rank 0 hosts the rendezvous.
-        refs = [h.init_weight_group.remote(**plan.engine_args(i)) for i, h in enumerate(engines.handles)]
-        refs.append(learners[0].init_weight_group.remote(**plan.trainer_args()))
-        engines.wait(refs, "init_weight_group")
+    def transport(self) -> Transport:
+        """How this policy's weights reach its engines (`choose_transport` names it), built on first use."""
+        if self._transport is None:
+            c = self.cfg
+            cls = TRANSPORTS.get(choose_transport(c.rollout.weight_transport, c.learner.lora.enabled))
+            # `groups.get`: a graph assembled by hand may hold only engines, which recovery needs alone.
+            self._transport = cls(self.graph.groups.get(self.names["learner"]), self.role("rollout"))
+        return self._transport
 
     # -- the calls ----------------------------------------------------------------------
-    def generate(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int,
-                 option_letters: list[str] | None = None) -> PendingRollout:
-        """Spread prompts over the rollout engines; `wait_batches` collects the results.
-        ``option_letters`` asks the engines for multiple-choice letter log-probs."""
-        engines = self._role("rollout")
-        n = len(engines)
-        bounds = [round(i * len(prompts) / n) for i in range(n + 1)]
-        pending = PendingRollout()
-        for i in range(n):
-            lo, hi = bounds[i], bounds[i + 1]
-            if hi > lo:
-                args = (prompts[lo:hi], sampling, rows[lo:hi])
-                kwargs = {"seed": seed + i}
-                if option_letters is not None:
-                    kwargs["option_letters"] = option_letters[lo:hi]
-                pending.calls.append((i, args, kwargs, engines[i].generate.remote(*args, **kwargs)))
-        return pending
+    def rollout(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int,
+                option_letters: list[str] | None = None, score: bool = True) -> Rollout:
+        """Start generating ``prompts`` on the engines and scoring the result; returns at once,
+        and `Rollout.result()` waits. ``option_letters`` asks the engines for multiple-choice
+        letter log-probs; ``score=False`` skips the reward."""
+        return Rollout(self, prompts, rows, sampling, seed, option_letters, score)
 
-    def wait_batches(self, pending: PendingRollout | list[Any]) -> list[Any]:
-        """Wait for every engine's Batch; a call lost to a dead engine is re-issued once the
-        engine is back (restarted with its weights reset, so the last weights are reloaded
-        first) and counted in `faults`. An engine that does not answer within the call timeout
-        is a straggler: it is restarted and its call re-issued the same way. Returns the Batch
-        refs in prompt order."""
+    def wait_generate(self, i: int, args: tuple, kwargs: dict[str, Any], ref: Any) -> tuple[Any, int]:
+        """Wait for engine ``i``'s generate call; a call lost to a dead engine is re-issued once
+        the engine is back (restarted with its weights reset, so the last weights are reloaded
+        first). An engine that does not answer within the call timeout is a straggler: it is
+        restarted and its call re-issued the same way. Returns the Batch ref and the number of
+        re-issues, which are also counted in `faults`."""
         import ray
 
-        if isinstance(pending, list):
-            return pending
-        engines = self._role("rollout")
-        refs = []
-        for i, args, kwargs, ref in pending.calls:
-            for attempt in range(self.max_reissues + 1):
-                try:
-                    ray.get(ref, timeout=engines.timeout_s)
-                    break
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
-                    if attempt == self.max_reissues:
-                        raise RemoteCallError(f"rollout engine {i}: generate failed {attempt + 1} times; "
-                                              f"last error: {e}") from e
-                    self.faults += 1
-                    if isinstance(e, ray.exceptions.GetTimeoutError):
-                        # A straggler is still busy with the call, and any call queues behind it.
-                        ray.kill(engines[i], no_restart=False)
-                    self._recover_engine(i)
-                    ref = engines[i].generate.remote(*args, **kwargs)
-            refs.append(ref)
-        return refs
+        engines = self.role("rollout")
+        for attempt in range(self.max_reissues + 1):
+            try:
+                ray.get(ref, timeout=engines.timeout_s)
+                return ref, attempt
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                if attempt == self.max_reissues:
+                    raise RemoteCallError(f"rollout engine {i}: generate failed {attempt + 1} times; "
+                                          f"last error: {e}") from e
+                self.faults += 1
+                if isinstance(e, ray.exceptions.GetTimeoutError):
+                    # A straggler is still busy with the call, and any call queues behind it.
+                    ray.kill(engines[i], no_restart=False)
+                self._recover_engine(i)
+                ref = engines[i].generate.remote(*args, **kwargs)
+        raise AssertionError("unreachable")
 
     def _recover_engine(self, i: int) -> None:
         """Wait until a restarted engine answers, then give it the current weights."""
         import ray
 
-        engines = self._role("rollout")
+        engines = self.role("rollout")
         # A restart first waits for resources (a lost node may have to come back), then runs
         # the constructor: the placement timeout plus the call timeout bound it.
         patience = self.graph.timeout_s + engines.timeout_s
@@ -224,63 +164,25 @@ class PolicyGraph:
                         "+ run.call_timeout_s): its node may be gone with no other node able to host it"
                     ) from None
                 time.sleep(0.5)
-        if self.nccl:
-            # A restarted engine lost its group: rebuild it, then send the weights it missed.
-            self._init_weight_group()
-            current = self._role("learner")[0].current_weights.remote()
-            engines.wait([engines[i].load_weights.remote(current)], "load_weights")
-        elif self.last_update is not None:
-            engines.wait([engines[i].load_weights.remote(self.last_update)], "load_weights")
+        self.transport.recover(i)
 
     def pop_faults(self) -> int:
+        """Re-issues since the last call: a step reports them, so each is counted once."""
         n, self.faults = self.faults, 0
         return n
 
-    def score_begin(self, pending: PendingRollout) -> PendingScore:
-        """Ask the reward actor to score a rollout still in flight: it starts the moment the
-        batches exist, with no round trip through the driver. Hand the result to `score`."""
-        refs = [ref for *_, ref in pending.calls]
-        return PendingScore(refs, self._role("reward")[0].score.remote(refs))
-
-    def score(self, batch_refs: list[Any], started: PendingScore | None = None) -> dict[str, Any]:
-        """Rewards of the batches. ``started`` (from `score_begin`) is used when `wait_batches`
-        re-issued nothing; after a re-issue the batches are scored anew."""
-        reward = self._role("reward")
-        if started is not None and started.batch_refs == batch_refs:
-            ref = started.ref
-        else:
-            ref = reward[0].score.remote(batch_refs)
-        return reward.wait([ref], "score")[0]
-
     def reference_logprobs(self, batch_refs: list[Any]) -> Any:
         """An object ref of the reference log-probs (the driver does not pull them)."""
-        ref = self._role("reference")
+        ref = self.role("reference")
         return ref[0].logprobs.remote(batch_refs, self.cfg.rollout.sampling.temperature or 1.0)
 
-    def update(self, batch_refs: list[Any], extras: dict[str, Any]) -> dict[str, float]:
-        return self.update_end(self.update_begin(batch_refs, extras))
-
-    def update_begin(self, batch_refs: list[Any], extras: dict[str, Any]) -> list[Any]:
-        """Start the update on every learner rank; `update_end` waits. Several policies' updates
-        then run at the same time."""
-        return [h.update.remote(batch_refs, extras) for h in self._role("learner").handles]
-
-    def update_end(self, refs: list[Any]) -> dict[str, float]:
-        per_rank = self._role("learner").wait(refs, "update")
-        return {k: float(np.mean([m[k] for m in per_rank])) for k in per_rank[0]}
-
-    def update_and_sync(self, batch_refs: list[Any], extras: dict[str, Any]) -> dict[str, float]:
-        """`update`, then `sync_weights`, submitted together: the publish queues behind the
-        update on learner rank 0 and the engines install it as soon as it exists, with no round
-        trip through the driver in between. ``time/update_s`` runs until the update's metrics
-        arrive, ``time/sync_s`` is the wait after that."""
-        t = time.perf_counter()
-        refs = self.update_begin(batch_refs, extras)
-        sync = self.sync_begin()
-        metrics = self.update_end(refs)
-        metrics["time/update_s"] = time.perf_counter() - t
-        metrics.update(self.sync_end(sync, since=time.perf_counter()))
-        return metrics
+    def update_and_sync(self, batch_refs: list[Any], extras: dict[str, Any]) -> PendingUpdate:
+        """Start the update on every learner rank and the weight sync behind it; returns at once,
+        and `PendingUpdate.result()` waits for the metrics. With ``learner.kl_coef > 0`` the
+        reference log-probs go straight from the reference scorer to the learners."""
+        if self.cfg.learner.kl_coef > 0 and "ref_logprobs" not in extras:
+            extras = {**extras, "ref_logprobs": self.reference_logprobs(batch_refs)}
+        return PendingUpdate(self, batch_refs, extras)
 
     def sync_weights(self) -> dict[str, float]:
         """Publish from learner rank 0 and install on every engine; returns bytes and seconds."""
@@ -288,34 +190,30 @@ class PolicyGraph:
 
     def sync_begin(self) -> PendingSync:
         """Start publishing from learner rank 0 and installing on every engine; `sync_end` waits."""
-        t = time.perf_counter()
-        learners, engines = self._role("learner"), self._role("rollout")
-        if self.nccl:
-            update = learners.wait([learners[0].publish_weights.remote("nccl")], "publish_weights")[0]
-            loads = ([h.load_weights.remote(update) for h in engines.handles]
-                     + [learners[0].broadcast_weights.remote(update)])
-            return PendingSync(t, loads, nbytes=float(update.nbytes))
-        update_ref = learners[0].publish_weights.remote()
-        self.last_update = update_ref
-        return PendingSync(t, [h.load_weights.remote(update_ref) for h in engines.handles], update_ref=update_ref)
+        return self.transport.begin()
 
     def sync_end(self, pending: PendingSync, since: float | None = None) -> dict[str, float]:
         """Wait for `sync_begin`'s installs; ``time/sync_s`` counts from ``since`` (default: the begin)."""
-        learners, engines = self._role("learner"), self._role("rollout")
-        engines.wait(pending.loads, "load_weights")
-        nbytes = pending.nbytes
-        if nbytes is None:  # fetch the update itself: a small message, its arrays stay in the store
-            nbytes = float(learners.wait([pending.update_ref], "publish_weights")[0].nbytes)
+        nbytes = self.transport.end(pending)
         return {"sync/bytes": nbytes, "time/sync_s": time.perf_counter() - (pending.t if since is None else since)}
+
+    @property
+    def last_update(self) -> Any:
+        """Ref of the newest WeightUpdate in the object store: what a restarted engine is given."""
+        return None if self._transport is None else self._transport.last_update
+
+    @last_update.setter
+    def last_update(self, ref: Any) -> None:
+        self.transport.last_update = ref
 
     def evaluate(self, rows: list[dict], sampling: Any, seed: int = 0) -> dict[str, float]:
         """Mean reward on ``rows`` (accuracy for a 0/1 reward)."""
-        refs = self.wait_batches(self.generate([r["prompt"] for r in rows], rows, sampling, seed))
-        return {"reward": float(self.score(refs)["rewards"].mean())}
+        out = self.rollout([r["prompt"] for r in rows], rows, sampling, seed).result()
+        return {"reward": float(out.rewards.mean())}
 
     # -- checkpoints -----------------------------------------------------------------------
     def save(self, ckpt_dir: Path) -> None:
-        learners = self._role("learner")
+        learners = self.role("learner")
         packed, meta = learners.wait([learners[0].get_state.remote()], "get_state")[0]
         tensors = {k: torch.from_numpy(np.array(a)) for k, (a, _) in packed.items()}
         dtypes = {k: name for k, (_, name) in packed.items() if name}
@@ -329,7 +227,7 @@ class PolicyGraph:
         views = meta.pop("views", {})
         tensors = load_state_dict(ckpt_dir / "learner.safetensors")
         packed = {k: (t.numpy(), views.get(k)) for k, t in tensors.items()}
-        self._role("learner").call("set_state", packed, meta)
+        self.role("learner").call("set_state", packed, meta)
         self.sync_weights()
 
 

@@ -97,21 +97,30 @@ def cache_root(model_cfg: ModelConfig) -> Path:
     return Path(root).expanduser()
 
 
-def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, Any]) -> Path | str:
-    """Path of the model RL starts from: the cached SFT checkpoint, built on first use."""
+def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, Any],
+                   info: dict[str, Any] | None = None) -> Path | str:
+    """Path of the model RL starts from: the cached SFT checkpoint, built on first use.
+    ``info``, when given, receives ``{"sft": "none" | "cached" | "fitted", "model_path": ...}``."""
+    info = {} if info is None else info
     if model_cfg.path not in EMBEDDED and model_cfg.sft.steps == 0:
         load_causal_lm(model_cfg.path)  # fail now, in the driver, with a clear error
+        info.update(sft="none", model_path=str(model_cfg.path))
+        log.info("policy: %s as it is (model.sft.steps=0)", model_cfg.path)
         return model_cfg.path
     key_src = {"model": _key_fields(model_cfg), "task": task_key, "v": 1}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:16]
     final = cache_root(model_cfg) / "sft" / key
+    info["model_path"] = str(final)
     if (final / "sft.json").is_file():
+        info["sft"] = "cached"
+        log.info("policy: SFT checkpoint from the cache, %s", final)
         return final
+    info["sft"] = "fitted"
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}.", suffix=".tmp"))
     try:
-        info = fit_sft(model_cfg, task, tmp)
-        atomic_write_json(tmp / "sft.json", {**info, "key": key_src})
+        fitted = fit_sft(model_cfg, task, tmp)
+        atomic_write_json(tmp / "sft.json", {**fitted, "key": key_src})
         try:
             os.replace(tmp, final)
         except OSError:  # another process finished first: theirs is as good

@@ -130,6 +130,11 @@ class IVPopulation:
     def propensity(self, X: np.ndarray, z: np.ndarray | float) -> np.ndarray:
         return ndtr(self.eta(X, z))
 
+    def truth(self) -> dict[str, Any]:
+        """The truth on pool and target, for a report's plots (never for an experimenter)."""
+        return {"X_pool": self.X_pool, "X_target": self.X_target, "tau_pool": self.tau(self.X_pool),
+                "tau_target": self.target_cate(), "propensity": self.propensity_table()}
+
     def propensity_table(self) -> np.ndarray:
         """P(t=1 | x_u, z_k) for every pool unit u and instrument level k: shape (n, K)."""
         return np.stack([self.propensity(self.X_pool, z) for z in self.z_levels], axis=1)
@@ -202,7 +207,6 @@ def _fmt_vec(v: np.ndarray) -> str:
 
 
 # -- the 1-D benchmark population ---------------------------------------------------------
-@ENVIRONMENTS.register("iv_1d")
 class IV1D(IVPopulation):
     """The 1-D benchmark: eta = base + compliance * z * sigmoid(slope * x), tau = 1 + x^2/2, f0 = sin x.
 
@@ -265,7 +269,6 @@ def _threshold_target(x: np.ndarray, target: str, column: int = 0) -> tuple[np.n
     raise ConfigError(f"env target={target!r}: expected 'strong', 'weak' or 'all'")
 
 
-@ENVIRONMENTS.register("iv_multilevel")
 class IVMultiLevel(IV1D):
     """`IV1D` with a multi-level instrument z in {0, .., levels-1} (default 3 levels)."""
 
@@ -275,7 +278,6 @@ class IVMultiLevel(IV1D):
         super().__init__(levels=levels, **kwargs)
 
 
-@ENVIRONMENTS.register("iv_2d")
 class IV2D(IVPopulation):
     """Two covariates on a ``grid_size`` x ``grid_size`` grid; compliance strong for x1 > 0.
 
@@ -412,7 +414,6 @@ def synthetic_covariate_table(kind: str, rng: np.random.Generator, rows: int | N
     raise ConfigError(f"env table={kind!r}: expected 'ihdp' or '401k' (or give csv=PATH)")
 
 
-@ENVIRONMENTS.register("iv_table")
 class IVTable(IVPopulation):
     """Semi-synthetic: a covariate table with simulated instrument, compliance and outcomes.
 

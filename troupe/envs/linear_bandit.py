@@ -25,7 +25,6 @@ import numpy as np
 from gymnasium import spaces
 
 from troupe.platform.errors import ConfigError, DataError
-from troupe.platform.registry import ENVIRONMENTS
 
 ARM_SETS = ("sphere", "hypercube", "file")
 NOISES = ("gaussian", "rademacher")
@@ -255,4 +254,3 @@ def check_rewards(rewards: np.ndarray) -> np.ndarray:
     return rewards
 
 
-ENVIRONMENTS.register("linear_bandit", LinearBanditEnv)

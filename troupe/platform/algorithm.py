@@ -1,11 +1,12 @@
 """The shape every algorithm has: a typed config, a graph of roles, a `step`.
 
 An algorithm is a short single-controller program. The driver (`troupe.platform.driver`)
+builds it (``__init__`` checks the input), calls `prepare` (slow work in the driver, timed),
 creates the roles it declares, calls `setup`, then `step` once per iteration, `evaluate`
-every ``run.eval_every`` steps, and `save`/`load` for checkpoints and `--resume`::
+every ``run.eval_every`` steps, `save`/`load` for checkpoints and `--resume`, and at the end
+`report`, which reads only the run directory::
 
-    @ALGORITHMS.register("my_algo")
-    class MyAlgo(Algorithm):
+    class MyAlgo(Algorithm):         # registered as a `troupe.algorithms` entry point
         Config = MyConfig            # a dataclass with a `run: RunConfig` field
 
         def roles(self):             # what to place on the cluster
@@ -13,10 +14,15 @@ every ``run.eval_every`` steps, and `save`/`load` for checkpoints and `--resume`
 
         def step(self, step):        # one iteration; returns metrics
             ...
+
+        @classmethod
+        def report(cls, config, run, history):   # summary and sections, from files alone
+            return Report(summary={...}, sections=["## My result ..."])
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -26,18 +32,38 @@ if TYPE_CHECKING:
     from troupe.platform.run import RunContext
 
 
+@dataclasses.dataclass
+class Report:
+    """What an algorithm adds to a run's report: final figures for ``summary.json`` and
+    Markdown sections that open ``report.md`` (its result and claims, before the plots)."""
+
+    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sections: list[str] = dataclasses.field(default_factory=list)
+
+
 class Algorithm:
     """Base class of a registered algorithm."""
 
-    name: ClassVar[str] = ""
     Config: ClassVar[type]
     #: one-line description shown by `troupe list`
     summary_line: ClassVar[str] = ""
+    #: False for an algorithm whose roles are all in the driver: no Ray cluster is started
+    needs_ray: ClassVar[bool] = True
+    #: metrics the progress bar shows, when a step or evaluation logs them
+    progress_metrics: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any, ctx: RunContext) -> None:
+        """Check the input and build what the step needs in the driver; nothing slow (that is
+        `prepare`), no actors (those are `roles`)."""
         self.config = config
         self.ctx = ctx
         self.graph: ActorGraph | None = None
+
+    def prepare(self) -> dict[str, Any]:
+        """Slow work in the driver before any actor starts, such as fitting the SFT checkpoint
+        RL starts from. The driver times it; the returned facts (JSON) are kept in the run
+        directory as ``prepare.json`` for the report."""
+        return {}
 
     # -- the graph ---------------------------------------------------------------
     def roles(self) -> list[Role]:
@@ -64,17 +90,17 @@ class Algorithm:
     def load(self, ckpt_dir: Path) -> None:
         """Restore what `save` wrote."""
 
-    # -- the run directory ---------------------------------------------------------
-    def finalize(self, history: list[dict[str, Any]]) -> dict[str, Any]:
-        """Final figures for ``summary.json`` (the driver adds the last metrics itself)."""
-        return {}
-
-    def report_sections(self, summary: dict[str, Any]) -> list[str]:
-        """Extra Markdown sections for ``report.md`` (tables, comparisons)."""
-        return []
-
     def close(self) -> None:
         """Release anything not owned by the actor graph."""
+
+    # -- the run directory ---------------------------------------------------------
+    @classmethod
+    def report(cls, config: Any, run: RunContext, history: list[dict[str, Any]]) -> Report:
+        """The algorithm's part of the report, from the config, the run directory and the
+        metric history alone: `troupe report RUN_DIR` rebuilds it with no live run, so
+        whatever it needs is written to the run directory while the run goes (``prepare.json``,
+        an algorithm's own files under ``run.artifact(...)``)."""
+        return Report()
 
     @classmethod
     def presets_dir(cls) -> Path:

@@ -49,6 +49,34 @@ class RunConfig:
         check(self.call_timeout_s > 0, "run.call_timeout_s", self.call_timeout_s, "> 0")
 
 
+def registered(default: str, registry: Any) -> Any:
+    """A config field that names an entry of ``registry`` (or a ``"module:attr"`` path): checked
+    by `check_registered` in the driver, before any actor starts."""
+    return dataclasses.field(default=default, metadata={"registry": registry})
+
+
+def check_registered(cfg: Any, prefix: str = "") -> None:
+    """Resolve every `registered` field of ``cfg`` and its sections, then run each section's
+    ``validate()`` (checks that need the resolved entries): an unknown name, or a path that
+    does not import, is one `ConfigError` naming the key, the value and the registered names."""
+    from troupe.platform.errors import RegistryError
+
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        key = prefix + f.name
+        registry = f.metadata.get("registry")
+        if registry is not None and value is not None:
+            try:
+                registry.resolve(value, key)
+            except RegistryError as e:
+                raise ConfigError(str(e)) from None
+        elif dataclasses.is_dataclass(value):
+            check_registered(value, key + ".")
+    validate = getattr(cfg, "validate", None)
+    if callable(validate):
+        validate()
+
+
 def check(ok: bool, key: str, value: Any, allowed: str) -> None:
     """Raise a `ConfigError` naming ``key`` unless ``ok``."""
     if not ok:
@@ -138,17 +166,53 @@ def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
         raise ConfigError(f"unknown config key {prefix + unknown[0]!r}; allowed keys here: {allowed}")
     kwargs = {}
     for k, v in data.items():
-        f = fields[k]
-        if isinstance(v, dict) and dataclasses.is_dataclass(hints[k]) and f.default_factory is not dataclasses.MISSING:
+        f, tp = fields[k], hints[k]
+        if isinstance(v, dict) and "select" in f.metadata:
+            tp, v = _selected_section(f, v, prefix + k)
+        elif isinstance(v, dict) and dataclasses.is_dataclass(tp) and f.default_factory is not dataclasses.MISSING:
             # A partial section overrides the parent's own default for it, not the section class's.
             v = merge(to_dict(f.default_factory()), v)
-        kwargs[k] = _coerce(v, hints[k], prefix + k)
+        kwargs[k] = _coerce(v, tp, prefix + k)
     try:
         return cls(**kwargs)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config section {prefix.rstrip('.') or cls.__name__!r}: {e}") from e
+
+
+def selected(registry: Any, default: Any, key: str = "name") -> Any:
+    """A config section whose dataclass is picked by its ``key`` field: ``registry.get(value).Config``,
+    for a registered name or a ``"module:attr"`` path. ``default`` makes the default section.
+
+    The default section's other keys carry over only while ``key`` keeps its value: with
+    ``task.name=jsonl`` the section is the jsonl task's own, and a key of another task is unknown.
+    """
+    return dataclasses.field(default_factory=default, metadata={"select": (registry, key)})
+
+
+def _selected_section(f: dataclasses.Field, data: dict[str, Any], key: str) -> tuple[type, dict[str, Any]]:
+    """The dataclass of the `selected` section ``data`` and the values to build it from."""
+    from troupe.platform.errors import RegistryError
+
+    registry, name_key = f.metadata["select"]
+    default = f.default_factory()
+    name = data.get(name_key, getattr(default, name_key))
+    where = f"{key}.{name_key}"
+    if not isinstance(name, str):
+        raise ConfigError(f"config key {where!r} = {name!r}: expected a registered name or 'module:attr'")
+    if name == getattr(default, name_key):
+        return type(default), merge(to_dict(default), data)
+    try:
+        obj = registry.resolve(name, where)
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None
+    section = getattr(obj, "Config", None)
+    if not (isinstance(section, type) and dataclasses.is_dataclass(section)
+            and name_key in {g.name for g in dataclasses.fields(section)}):
+        raise ConfigError(f"config key {where!r} = {name!r} names {obj!r}, which has no dataclass `Config` "
+                          f"with a {name_key!r} field to read the section {key!r} with")
+    return section, {**data, name_key: name}
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -224,7 +288,9 @@ def resolve(
         data = merge(data, load_yaml(presets_dir / "default.yaml"))
     for text in overrides:
         data = merge(data, parse_override(text))
-    return from_dict(cls, data)
+    cfg = from_dict(cls, data)
+    check_registered(cfg)
+    return cfg
 
 
 def list_presets(presets_dir: Path | None) -> list[str]:

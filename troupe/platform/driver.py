@@ -62,6 +62,10 @@ class Run:
         else:
             self.config = config if config is not None else resolve_config(algorithm, preset, overrides)
             self.run_dir = Path(out) if out else self._new_run_dir()
+        # Unknown names (a loss, a task, a backend) fail here, before any actor starts.
+        cfglib.check_registered(self.config)
+        rc = self.config.run
+        self.ctx = RunContext(run_dir=self.run_dir, seed=rc.seed, call_timeout_s=rc.call_timeout_s)
         self.step_index = 0
         self.algo: Algorithm | None = None
         self.graph: ActorGraph | None = None
@@ -97,11 +101,11 @@ class Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfglib.save_yaml(cfglib.to_dict(self.config), self.run_dir / "config.yaml")
         _seed_everything(rc.seed)
-        self.ctx = RunContext(run_dir=self.run_dir, seed=rc.seed, call_timeout_s=rc.call_timeout_s)
         self.metrics = MetricsLog(self.run_dir)
         try:
             # Bad data paths, models or names fail here, before any cluster starts.
             self.algo = self.cls(self.config, self.ctx)
+            self._prepare()
             self._init_ray(rc)
             self.graph = ActorGraph(self.algo.roles(), rc.placement_timeout_s, rc.call_timeout_s,
                                     node_types=rc.node_types, request_resources=rc.request_resources).start()
@@ -113,8 +117,17 @@ class Run:
             raise
         return self
 
+    def _prepare(self) -> None:
+        """The algorithm's slow work in the driver (e.g. the SFT checkpoint), timed and kept."""
+        t = time.perf_counter()
+        facts = self.algo.prepare()
+        seconds = round(time.perf_counter() - t, 2)
+        if facts or seconds >= 0.5:
+            log.info("%s: prepared in %.1fs: %s", self.name, seconds, facts)
+        atomic_write_json(self.ctx.prepared_path, {**facts, "seconds": seconds})
+
     def _init_ray(self, rc: cfglib.RunConfig) -> None:
-        if _needs_ray(self.cls):
+        if self.cls.needs_ray:
             import ray
 
             if not ray.is_initialized():
@@ -194,8 +207,7 @@ class Run:
             while self.step_index < rc.steps:
                 m = self.step()
                 bar.update(1)
-                bar.set_postfix({k.split("/")[-1]: f"{v:.3g}" for k, v in m.items()
-                                 if k in ("reward/mean", "eval/accuracy", "loss/policy")})
+                bar.set_postfix({k: f"{m[k]:.3g}" for k in self.cls.progress_metrics if k in m})
         finally:
             bar.close()
         if self._last_eval != self.step_index:
@@ -207,12 +219,12 @@ class Run:
     def finish(self) -> dict[str, Any]:
         """Write ``summary.json``, plots and ``report.md``; return the summary."""
         history = read_metrics(self.run_dir / "metrics.jsonl")
-        summary = dict(self.algo.finalize(history))
+        report = self.cls.report(self.config, self.ctx, history)
+        summary = dict(report.summary)
         summary.setdefault("faults", self.faults)
         summary["wall_s"] = round(time.monotonic() - self._t0, 2)
         summary["run_dir"] = str(self.run_dir)
-        sections = self.algo.report_sections(summary)
-        write_report(self.run_dir, self.name, cfglib.to_dict(self.config), summary, sections)
+        write_report(self.run_dir, self.name, cfglib.to_dict(self.config), summary, report.sections)
         return summary
 
     # -- teardown ------------------------------------------------------------------
@@ -248,10 +260,6 @@ def run(algorithm: str, preset: str | None = None, overrides: list[str] | tuple[
     """Run an algorithm to the end and return its summary (what `troupe run` does)."""
     with Run(algorithm, preset, overrides, out, resume) as r:
         return r.run()
-
-
-def _needs_ray(cls: type[Algorithm]) -> bool:
-    return getattr(cls, "needs_ray", True)
 
 
 def _seed_everything(seed: int) -> None:

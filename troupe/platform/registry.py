@@ -1,20 +1,22 @@
-"""Registries: algorithms, policy losses, advantage estimators, rewards and environments.
+"""Registries: algorithms, losses, advantages, rewards, tasks, rollout backends, transports.
 
-A new component is added by registering it, never by editing a trainer::
+Every registry is filled from a group of package entry points, the Python convention for
+plugins: troupe's own components are declared in its ``pyproject.toml``, and a package a user
+installs adds its own the same way, without touching troupe::
 
-    from troupe.platform.registry import ADVANTAGES
+    [project.entry-points."troupe.losses"]
+    my_loss = "mypkg.losses:my_loss"
 
-    @ADVANTAGES.register("my_adv")
-    def my_adv(rewards, group_ids): ...
-
-A name of the form ``"package.module:attr"`` resolves by import, so a user's own function
-works without registering it first.
+An entry is imported only when it is asked for. In a session, ``@POLICY_LOSSES.register(...)``
+adds one directly, and a name of the form ``"package.module:attr"`` resolves by import, so a
+user's own function works from the command line without registering it first.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from typing import Any, Generic, TypeVar
 
 from troupe.platform.errors import RegistryError
@@ -23,16 +25,15 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """A named table of components of one kind."""
+    """A named table of components of one kind, filled from the entry-point ``group``."""
 
-    def __init__(self, kind: str, loader: str | None = None) -> None:
+    def __init__(self, kind: str, group: str | None = None, variable: str | None = None) -> None:
         self.kind = kind
+        self.group = group
+        self.variable = variable or kind.upper()  # the name users import, for error messages
         self._items: dict[str, T] = {}
         self._lazy: dict[str, str] = {}  # name -> "module:attr", imported on first get
-        # Module that registers the built-in entries; imported on first lookup so that
-        # `platform` never imports `algorithms` or `actors` at import time.
-        self._loader = loader
-        self._loaded = loader is None
+        self._loaded = group is None
 
     def register(self, name: str, obj: T | None = None) -> Any:
         """Register ``obj`` under ``name``; without ``obj``, return a decorator."""
@@ -50,9 +51,11 @@ class Registry(Generic[T]):
         self._lazy[name] = path
 
     def _ensure_loaded(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            importlib.import_module(self._loader)
+        if self._loaded:
+            return
+        self._loaded = True
+        for ep in metadata.entry_points(group=self.group):
+            self._lazy.setdefault(ep.name, ep.value)
 
     def get(self, name: str) -> T:
         self._ensure_loaded()
@@ -64,11 +67,27 @@ class Registry(Generic[T]):
             return self._items[name]
         if ":" in name:
             return resolve_import_path(name, what=self.kind)
-        known = ", ".join(self.names()) or "(none)"
-        raise RegistryError(
-            f"unknown {self.kind} {name!r}; registered: {known}. "
-            f"Register a new one with @{self.kind.upper()}.register(...) or pass 'module:attr'."
-        )
+        raise RegistryError(self.unknown(name))
+
+    def unknown(self, name: str, key: str | None = None) -> str:
+        """The message for a name that is neither registered nor an import path."""
+        known = ", ".join(self.names())
+        if not known and self.group:
+            known = f"(none: is troupe installed? `pip install -e .` declares the entry points of {self.group!r})"
+        where = f"{key}={name!r}: " if key else ""
+        declare = f", declare it in the entry-point group {self.group!r}" if self.group else ""
+        return (f"{where}unknown {self.kind} {name!r}; registered: {known or '(none)'} (in {self.variable}). "
+                f"Register a new one with @{self.variable}.register(...){declare}, or pass 'package.module:attr'.")
+
+    def resolve(self, name: str, key: str) -> T:
+        """`get`, with an error that names the config ``key`` holding ``name``."""
+        try:
+            return self.get(name)
+        except RegistryError as e:
+            msg = str(e)
+            if ":" in name:  # an import path that failed: say what is registered too
+                msg = f"{msg.rstrip('.')}; registered: {', '.join(self.names()) or '(none)'} (in {self.variable})."
+            raise RegistryError(msg if msg.startswith(f"{key}=") else f"{key}={name!r}: {msg}") from e
 
     def names(self) -> list[str]:
         self._ensure_loaded()
@@ -100,8 +119,14 @@ def resolve_import_path(path: str, what: str = "object") -> Any:
     return obj
 
 
-ALGORITHMS: Registry[Any] = Registry("algorithm", loader="troupe.algorithms")
-POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy_loss", loader="troupe.actors.losses")
-ADVANTAGES: Registry[Callable[..., Any]] = Registry("advantage", loader="troupe.algorithms.advantages")
-REWARDS: Registry[Callable[..., Any]] = Registry("reward", loader="troupe.envs")
-ENVIRONMENTS: Registry[Any] = Registry("environment", loader="troupe.envs")
+ALGORITHMS: Registry[Any] = Registry("algorithm", "troupe.algorithms", "ALGORITHMS")
+POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy loss", "troupe.losses", "POLICY_LOSSES")
+AGGREGATIONS: Registry[Callable[..., Any]] = Registry("loss aggregation", "troupe.aggregations", "AGGREGATIONS")
+DISTILL_LOSSES: Registry[Callable[..., Any]] = Registry("distillation loss", "troupe.distill_losses",
+                                                        "DISTILL_LOSSES")
+ADVANTAGES: Registry[Callable[..., Any]] = Registry("advantage", "troupe.advantages", "ADVANTAGES")
+REWARDS: Registry[Callable[..., Any]] = Registry("reward", "troupe.rewards", "REWARDS")
+TASKS: Registry[Any] = Registry("task", "troupe.tasks", "TASKS")
+ENVIRONMENTS: Registry[Any] = Registry("environment", "troupe.envs", "ENVIRONMENTS")
+ROLLOUT_BACKENDS: Registry[Any] = Registry("rollout backend", "troupe.rollout_backends", "ROLLOUT_BACKENDS")
+TRANSPORTS: Registry[Any] = Registry("weight transport", "troupe.transports", "TRANSPORTS")

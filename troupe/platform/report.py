@@ -112,13 +112,9 @@ def write_report(
                "first": first, "final": last, **summary}
     atomic_write_json(run_dir / "summary.json", summary)
 
+    # Top-down as a person reads it: the algorithm's result and claims, the plots, then every metric.
     lines = [f"# {algorithm} run: `{run_dir.name}`", ""]
     lines += [f"Steps logged: {summary['steps']}. Faults: {summary.get('faults', 0)}.", ""]
-    keys = [k for k in HEADLINE if k in last] + sorted(k for k in last if k not in HEADLINE)
-    if keys:
-        lines += ["## Metrics: first and last", "", "| metric | first | last |", "|---|---|---|"]
-        lines += [f"| {k} | {_fmt(first.get(k))} | {_fmt(last[k])} |" for k in keys]
-        lines.append("")
     for section in sections or []:
         lines += [section.rstrip(), ""]
     # Every PNG in plots/ (the algorithm's own too) that a section has not already shown.
@@ -127,6 +123,11 @@ def write_report(
     if plots:
         lines += ["## Plots", ""]
         lines += [f"![{p.stem}](plots/{p.name})" for p in sorted(plots, key=lambda p: _plot_order(p.stem))]
+        lines.append("")
+    keys = [k for k in HEADLINE if k in last] + sorted(k for k in last if k not in HEADLINE)
+    if keys:
+        lines += ["## Metrics: first and last", "", "| metric | first | last |", "|---|---|---|"]
+        lines += [f"| {k} | {_fmt(first.get(k))} | {_fmt(last[k])} |" for k in keys]
         lines.append("")
     lines += ["## Config", "", "```json", json.dumps(config, indent=2, sort_keys=True), "```", ""]
     lines += ["Files: `config.yaml` (resolved config), `metrics.jsonl`, `tensorboard/`, `checkpoints/`, "

@@ -26,6 +26,17 @@ class RunContext:
         return p
 
     @property
+    def prepared_path(self) -> Path:
+        return self.run_dir / "prepare.json"
+
+    def prepared(self) -> dict[str, Any]:
+        """What the algorithm's `prepare` returned (``{}`` before it ran)."""
+        import json
+
+        p = self.prepared_path
+        return json.loads(p.read_text()) if p.is_file() else {}
+
+    @property
     def checkpoints_dir(self) -> Path:
         return self.run_dir / "checkpoints"
 

@@ -36,39 +36,39 @@ def test_letter_probs_renormalise_over_the_items_options():
 @pytest.mark.parametrize("answer,conf,expected", [(0, 0.7, 0.3), (0, 1.0, 0.0), (1, 0.7, 1.0), (ABST, 0.7, 1.0),
                                                   (INVALID, 0.7, 0.0)])
 def test_sens_reward(answer, conf, expected):
-    r = criterion("SENS", answer, gold=0, conf_gold=conf)
+    r = criterion("SENS", answer, gold=0, conf_gold=conf, c_fa=0.5)
     assert r == pytest.approx(expected)
     assert 0.0 <= r <= 1.0
 
 
 def test_orig_stab_abst_rewards():
-    assert criterion("ORIG", 2, 2, 0.3) == 1.0
-    assert criterion("STAB", 1, 2, 0.3) == 0.0
+    assert criterion("ORIG", 2, 2, 0.3, c_fa=0.5) == 1.0
+    assert criterion("STAB", 1, 2, 0.3, c_fa=0.5) == 0.0
     assert criterion("STAB", ABST, 2, 0.3, c_fa=0.5) == -0.5
-    assert criterion("ABST", ABST, 2, 0.3) == 1.0
-    assert criterion("ABST", 2, 2, 0.3) == 0.0
+    assert criterion("ABST", ABST, 2, 0.3, c_fa=0.5) == 1.0
+    assert criterion("ABST", 2, 2, 0.3, c_fa=0.5) == 0.0
     for label in ("ORIG", "STAB", "SENS", "ABST", "FLIP"):
-        assert criterion(label, INVALID, 0, 0.5) == 0.0
+        assert criterion(label, INVALID, 0, 0.5, c_fa=0.5) == 0.0
     met = [behaviour_met(lab, a, 1) for lab, a in (("ORIG", 1), ("STAB", 0), ("SENS", 0), ("SENS", 1),
                                                       ("ABST", ABST), ("FLIP", 0), ("FLIP", ABST))]
     assert met == [True, False, True, False, True, True, False]
     # FLIP: the other of two options earns 1, a* earns 0, abstaining costs c_fa.
-    assert criterion("FLIP", 1, 0, 0.9) == 1.0 and criterion("FLIP", 0, 1, 0.9) == 1.0
-    assert criterion("FLIP", 0, 0, 0.9) == 0.0
+    assert criterion("FLIP", 1, 0, 0.9, c_fa=0.5) == 1.0 and criterion("FLIP", 0, 1, 0.9, c_fa=0.5) == 1.0
+    assert criterion("FLIP", 0, 0, 0.9, c_fa=0.5) == 0.0
     assert criterion("FLIP", ABST, 0, 0.9, c_fa=0.5) == -0.5
     with pytest.raises(DataError, match="FLIP needs two answer options"):
-        behavior_reward("A", "FLIP", 0, 4)
+        behavior_reward("A", "FLIP", 0, 4, c_fa=0.5, r_fmt=0.1)
     with pytest.raises(DataError, match="MAYBE"):
-        criterion("MAYBE", 0, 0, 0.5)
+        criterion("MAYBE", 0, 0, 0.5, c_fa=0.5)
 
 
 def test_behavior_reward_reads_confidence_and_format():
     lp = torch.log(torch.tensor([0.6, 0.3, 0.1]))
-    out = behavior_reward("A", "ORIG", gold=0, num_options=3, option_logprobs=lp, r_fmt=0.1)
+    out = behavior_reward("A", "ORIG", gold=0, num_options=3, option_logprobs=lp, c_fa=0.5, r_fmt=0.1)
     assert out == pytest.approx({"reward": 1.1, "answer": 0.0, "conf_gold": 0.6})
-    out = behavior_reward("the answer is A", "ORIG", gold=0, num_options=3, option_logprobs=lp, r_fmt=0.1)
+    out = behavior_reward("the answer is A", "ORIG", gold=0, num_options=3, option_logprobs=lp, c_fa=0.5, r_fmt=0.1)
     assert out["reward"] == pytest.approx(1.0)  # right answer, no format bonus
-    out = behavior_reward("A", "SENS", gold=0, num_options=3, option_logprobs=lp)
+    out = behavior_reward("A", "SENS", gold=0, num_options=3, option_logprobs=lp, c_fa=0.5, r_fmt=0.1)
     assert out["reward"] == pytest.approx(0.4)
     assert REWARDS.get("bpo_behavior") is behavior_reward
 
@@ -110,9 +110,9 @@ def test_ar_cf_is_zero_when_the_view_repeats_the_anchor_answer():
     answers = torch.tensor([0, 0, 0, 0, 0])
     gold = torch.zeros(5, dtype=torch.long)
     conf = torch.tensor([0.9, 0.9, 0.8, 0.9, 0.9])
-    rewards = torch.tensor([criterion(lab, int(x), 0, float(c)) for lab, x, c in zip(labels, answers, conf, strict=True)])
+    rewards = torch.tensor([criterion(lab, int(x), 0, float(c), c_fa=0.5) for lab, x, c in zip(labels, answers, conf, strict=True)])
     g, a = torch.zeros(5, dtype=torch.long), torch.tensor([True, True, False, False, False])
-    cf = counterfactual_baselines(g, a, labels, answers, gold, conf)
+    cf = counterfactual_baselines(g, a, labels, answers, gold, conf, c_fa=0.5)
     adv = ar_cf(rewards, g, is_anchor=a, cf_baseline=cf)
     assert adv[2:].tolist() == pytest.approx([0.0, 0.0, 0.0])
     assert adv[:2].tolist() == pytest.approx([0.0, 0.0])
@@ -134,7 +134,7 @@ def test_counterfactual_baseline_matches_the_scalar_criterion():
             assert math.isnan(cf[i])
             continue
         anchors = [k for k in range(n_packs * size) if g[k] == g[i] and a[k]]
-        want = np.mean([criterion(labels[i], int(answers[k]), int(gold[i]), float(conf[i])) for k in anchors])
+        want = np.mean([criterion(labels[i], int(answers[k]), int(gold[i]), float(conf[i]), c_fa=0.5) for k in anchors])
         assert float(cf[i]) == pytest.approx(want)
 
 
@@ -195,13 +195,13 @@ def test_anchor_relative_advantages_are_unbiased(mode, label):
     gold = torch.zeros(3 * n, dtype=torch.long)
     conf = torch.full((3 * n,), c, dtype=torch.float64)
     rewards = torch.tensor([0.0] * (3 * n), dtype=torch.float64)
-    r_table = {lab: np.array([criterion(lab, int(x), 0, c) for x in actions]) for lab in ("ORIG", label)}
+    r_table = {lab: np.array([criterion(lab, int(x), 0, c, c_fa=0.5) for x in actions]) for lab in ("ORIG", label)}
     rewards = torch.tensor(np.stack([r_table["ORIG"][anchors[:, 0]], r_table["ORIG"][anchors[:, 1]],
                                      r_table[label][view]], 1).reshape(-1))
     g = torch.arange(n).repeat_interleave(3)
     is_anchor = torch.tensor([True, True, False] * n)
     if mode == "ar_cf":
-        cf = counterfactual_baselines(g, is_anchor, labels, answers, gold, conf)
+        cf = counterfactual_baselines(g, is_anchor, labels, answers, gold, conf, c_fa=0.5)
         adv = ar_cf(rewards, g, is_anchor=is_anchor, cf_baseline=cf).double().numpy().reshape(n, 3)
     else:
         adv = ar_literal(rewards, g, is_anchor=is_anchor).double().numpy().reshape(n, 3)

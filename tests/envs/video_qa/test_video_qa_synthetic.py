@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from troupe.algorithms.bpo.config import BPOEvalConfig
 from troupe.envs.video_qa import (
     ABST,
     ABSTAIN_OPTION,
@@ -13,6 +14,8 @@ from troupe.envs.video_qa import (
 from troupe.envs.video_qa.pixels import RGB, cell_box
 from troupe.platform.errors import ConfigError, DataError
 from troupe.platform.registry import ENVIRONMENTS
+
+EVAL_SEED = BPOEvalConfig().eval_seed  # the test items BPO evaluates on
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +70,9 @@ def test_registered_and_config_errors():
     assert VideoQATask({"num_frames": 10}).config.num_frames == 10
     with pytest.raises(ConfigError, match="env: unknown key.*frames"):
         VideoQATask(frames=8)
-    with pytest.raises(ConfigError, match="env.qtypes"):
+    with pytest.raises(ConfigError, match="task.qtypes"):
         VideoQATask(qtypes=["causal"])
-    with pytest.raises(ConfigError, match="env.cue_strength"):
+    with pytest.raises(ConfigError, match="task.cue_strength"):
         VideoQAConfig(cue_strength=1.5)
     with pytest.raises(DataError, match="split"):
         VideoQATask().sample_items(2, "val")
@@ -126,12 +129,13 @@ def test_deterministic_given_seed(task):
     a = task.sample_items(20, "train", np.random.default_rng(7))
     b = task.sample_items(20, "train", np.random.default_rng(7))
     assert [task.prompt(x) for x in a] == [task.prompt(x) for x in b]
-    assert [x.item_id for x in task.eval_items(10)] == [x.item_id for x in VideoQATask().eval_items(10)]
+    fresh = VideoQATask()
+    assert [x.item_id for x in task.eval_items(10, EVAL_SEED)] == [x.item_id for x in fresh.eval_items(10, EVAL_SEED)]
 
 
 def test_train_and_test_clips_are_disjoint(task):
     train = {it.meta["clip"] for it in task.sample_items(1000, "train", np.random.default_rng(2))}
-    test = {it.meta["clip"] for it in task.eval_items(250)}
+    test = {it.meta["clip"] for it in task.eval_items(250, EVAL_SEED)}
     assert train and test and not train & test
 
 
@@ -145,7 +149,7 @@ def test_cue_rate_in_train_matches_cue_strength():
 
 
 def test_test_split_half_of_temporal_items_break_the_cue(task):
-    its = task.eval_items(200)
+    its = task.eval_items(200, EVAL_SEED)
     assert {q: sum(it.qtype == q for it in its) for q in SYNTH_QTYPES} == dict.fromkeys(SYNTH_QTYPES, 40)
     for q in ("temporal_order", "action_direction"):
         tq = [it for it in its if it.qtype == q]
@@ -183,7 +187,7 @@ def test_prompt_token_budget(task):
     from troupe.actors.models import train_tokenizer
 
     tok = train_tokenizer(task.corpus(4000), 384)
-    its = task.sample_items(1000, "train", np.random.default_rng(4)) + task.eval_items(250)
+    its = task.sample_items(1000, "train", np.random.default_rng(4)) + task.eval_items(250, EVAL_SEED)
     lengths = [len(tok(task.prompt(it))["input_ids"]) for it in its]
     assert max(lengths) <= 80, max(lengths)
 
@@ -220,7 +224,7 @@ def test_fixed_queries_ask_about_the_same_objects():
     assert {it.question for it in items if it.qtype == "object_attribute"} == {"What colour is the circle?"}
     assert {it.question for it in items if it.qtype == "counting"} == {"How many triangles appear?"}
     # The cue still follows cue_strength and the test split still has half hard temporal items.
-    test = task.eval_items(100)
+    test = task.eval_items(100, EVAL_SEED)
     temporal = [it for it in test if it.qtype in ("temporal_order", "action_direction")]
     assert sum(it.hard for it in temporal) == len(temporal) // 2
 
@@ -229,11 +233,11 @@ def test_order_noise_flips_what_the_frames_show_not_the_cue():
     """§A.5's noisy order sign: frames contradict the answer at ``order_noise``, in both
     splits; the cue (shuffle-invariant) still agrees at ``cue_strength`` and half the test
     temporal items still break it."""
-    with pytest.raises(ConfigError, match="env.order_noise"):
+    with pytest.raises(ConfigError, match="task.order_noise"):
         VideoQAConfig(order_noise=0.5)
     task = VideoQATask(qtypes=["temporal_order", "action_direction"], order_noise=0.2)
     train = task.sample_items(6000, "train", np.random.default_rng(4))
-    test = task.eval_items(2000)
+    test = task.eval_items(2000, EVAL_SEED)
     for its in (train, test):
         for q in ("temporal_order", "action_direction"):
             tq = [it for it in its if it.qtype == q]

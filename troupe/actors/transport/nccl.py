@@ -22,20 +22,24 @@ buckets, a few KB, travelling through Ray as the `WeightUpdate`), the engines en
 with it and the learner enters `send`; each bucket is one broadcast of a flat byte buffer, and
 an engine loads a bucket's tensors as soon as it arrives, so peak extra memory is one bucket.
 
+`NcclTransport` runs this from the driver: the handshake in `setup`, each sync in `begin`.
+
 NCCL refuses two ranks on one GPU: a learner colocated with its engines on the same device
-uses the object store transport instead. With LoRA the adapter is small and always travels
-through the object store (`lora.py`).
+uses the object store transport instead (`NcclTransport.check_config`). With LoRA the adapter
+is small and always travels through the object store (`lora.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from troupe.actors.transport.base import WeightUpdate
+from troupe.actors.transport.base import PendingSync, Transport, WeightUpdate
+from troupe.platform.config import check
 from troupe.platform.errors import ConfigError
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
@@ -173,12 +177,62 @@ def unpack_bucket(buf: torch.Tensor, bucket: Bucket) -> list[tuple[str, torch.Te
             for s in bucket.specs]
 
 
+class NcclTransport(Transport):
+    """Full weights by broadcast from learner rank 0 to the engines' workers; the update that
+    travels through Ray is the manifest. A restarted engine rejoins a rebuilt group and gets the
+    weights it missed through the object store (`Learner.current_weights`)."""
+
+    name = "nccl"
+
+    @classmethod
+    def check_config(cls, rollout: Any) -> None:
+        from troupe.platform.registry import ROLLOUT_BACKENDS
+
+        engine = ROLLOUT_BACKENDS.get(rollout.backend)
+        check(hasattr(engine, "install_broadcast") and not rollout.colocate_with_learner, "rollout.weight_transport",
+              rollout.weight_transport, "'object_store' unless rollout.backend=vllm on GPUs of its own "
+              "(nccl cannot put two ranks on one GPU)")
+
+    def setup(self) -> None:
+        """One group: learner rank 0 is rank 0, then every engine's workers."""
+        learners, engines = self.learners, self.engines
+        addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
+        plan = plan_group(addr, port, engines.call("weight_group_size"))
+        # Launch every member before waiting: rank 0 hosts the rendezvous.
+        refs = [h.init_weight_group.remote(**plan.engine_args(i)) for i, h in enumerate(engines.handles)]
+        refs.append(learners[0].init_weight_group.remote(**plan.trainer_args()))
+        engines.wait(refs, "init_weight_group")
+
+    def begin(self) -> PendingSync:
+        t = time.perf_counter()
+        # Each call gets the manifest once the publish (queued behind the update) returns it;
+        # the engines then receive while rank 0 broadcasts.
+        update_ref = self.learners[0].publish_weights.remote(self.name)
+        loads = [h.load_weights.remote(update_ref) for h in self.engines.handles]
+        loads.append(self.learners[0].broadcast_weights.remote(update_ref))
+        return PendingSync(t, loads, update_ref)
+
+    def recover(self, i: int) -> None:
+        # The restarted engine lost its group: rebuild it, then send the weights it missed.
+        self.setup()
+        current = self.learners[0].current_weights.remote()
+        self.engines.wait([self.engines[i].load_weights.remote(current)], "load_weights")
+
+    @classmethod
+    def publish(cls, learner: Any) -> WeightUpdate:
+        return publish(learner.model.state_dict(), learner.version)
+
+    @classmethod
+    def receive(cls, engine: Any, update: WeightUpdate) -> None:
+        engine.install_broadcast(update.ref)
+
+
 # -- learner side ---------------------------------------------------------------------
 def publish(state: Mapping[str, torch.Tensor], version: int, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> WeightUpdate:
     """The update the engines receive with: the manifest only (the tensors follow by `send`)."""
     manifest = build_manifest(state, bucket_bytes)
     # `ref` holds the manifest itself: it is small and the tensors never enter the object store.
-    return WeightUpdate(version=version, ref=manifest, nbytes=manifest.nbytes, kind="nccl")
+    return WeightUpdate(version=version, ref=manifest, nbytes=manifest.nbytes, kind=NcclTransport.name)
 
 
 def send(group: Any, state: Mapping[str, torch.Tensor], manifest: Manifest, src: int = 0) -> int:

@@ -30,12 +30,11 @@ from troupe.algorithms.bandit.sweep import (
     summarize_sweep,
 )
 from troupe.envs.linear_bandit import load_arms
-from troupe.platform.algorithm import Algorithm
+from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
 from troupe.platform.config import RunConfig, check, to_dict
 from troupe.platform.errors import ConfigError
 from troupe.platform.placement import Role
-from troupe.platform.registry import ALGORITHMS
 
 if TYPE_CHECKING:
     from troupe.platform.run import RunContext
@@ -177,11 +176,9 @@ def build_cells(cfg: BanditConfig) -> list[Cell]:
     return cells
 
 
-@ALGORITHMS.register("bandit")
 class BanditAlgorithm(Algorithm):
     """1-bit batched linear bandits: the §E.7 sweep as a graph of learner–agent pairs."""
 
-    name = "bandit"
     Config = BanditConfig
     summary_line = "batched linear bandits with one bit of feedback per batch (BitPE, BitPE-Safe, baselines)"
 
@@ -189,7 +186,6 @@ class BanditAlgorithm(Algorithm):
         super().__init__(config, ctx)
         self.cells = build_cells(config)
         self.results: list[dict[str, Any]] = []
-        self._t0 = time.monotonic()
 
     def roles(self) -> list[Role]:
         sw = self.config.sweep
@@ -217,6 +213,7 @@ class BanditAlgorithm(Algorithm):
                 new = run_pairs(chunk, self.graph["learner"].handles, self.graph["agent"].handles,
                                 self.config.sweep.curve_points, self.ctx.call_timeout_s)
             self.results.extend(new)
+            self._write_cells()
         wall = time.perf_counter() - t0
         metrics: dict[str, float] = {"sweep/cells_done": float(len(self.results)),
                                      "sweep/cells_total": float(len(self.cells)),
@@ -246,22 +243,26 @@ class BanditAlgorithm(Algorithm):
         self.results = json.loads((Path(ckpt_dir) / "bandit_cells.json").read_text())["results"]
 
     # -- the run directory -------------------------------------------------------------
-    def finalize(self, history: list[dict[str, Any]]) -> dict[str, Any]:
-        missing = len(self.cells) - len(self._done_cells() & set(self.cells))
-        main = [c for c in self.cells if c.group == "main"]
-        shape = (main[0].d, main[0].k) if main else None
-        summary = summarize_sweep(self.results, self.config.sweep.burn_in, self.config.sweep.small_factor, shape)
-        summary["cells_missing"] = missing
-        summary["sweep_wall_s"] = round(time.monotonic() - self._t0, 2)
+    def _write_cells(self) -> None:
+        """Every finished cell, one JSON line each: what the report is built from."""
         atomic_write_text(self.ctx.artifact("cells.jsonl"),
                           "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.results))
-        if self.results:
-            summary["plots"] = [p.name for p in write_plots(self.results, summary, self.ctx.plots_dir)]
-        return summary
 
-    def report_sections(self, summary: dict[str, Any]) -> list[str]:
+    @classmethod
+    def report(cls, config: BanditConfig, run: RunContext, history: list[dict[str, Any]]) -> Report:
+        path = run.run_dir / "cells.jsonl"
+        results = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+        cells = build_cells(config)
+        done = {Cell(**{f.name: r[f.name] for f in dataclasses.fields(Cell)}) for r in results}
+        main = [c for c in cells if c.group == "main"]
+        shape = (main[0].d, main[0].k) if main else None
+        summary = summarize_sweep(results, config.sweep.burn_in, config.sweep.small_factor, shape)
+        summary["cells_missing"] = len(cells) - len(done & set(cells))
+        summary["sweep_wall_s"] = round(sum(r.get("time/step_s", 0.0) for r in history), 2)
+        if results:
+            summary["plots"] = [p.name for p in write_plots(results, summary, run.plots_dir)]
         head = [f"## Sweep\n\n{summary.get('cells', 0)} cells run, {summary.get('cells_missing', 0)} missing "
                 f"(raise run.steps or rerun with --resume to finish them); per-cell records in `cells.jsonl`."]
         plots = [f"![{name}](plots/{name})" for name in summary.get("plots", [])]
         tail = ["## Sweep plots\n\n" + "\n".join(plots)] if plots else []
-        return head + markdown_sections(summary) + tail
+        return Report(summary, head + markdown_sections(summary) + tail)

@@ -40,16 +40,18 @@ from troupe.algorithms.bpo.evaluation import (
     separated,
 )
 from troupe.algorithms.policy_graph import PolicyGraph, step_seed
+from troupe.algorithms.rollout import RolloutResult
 from troupe.algorithms.sft import prepare_policy
 from troupe.envs.video_qa.items import LETTERS, TEMPORAL_QTYPES, VideoItem, parse_answer
 from troupe.envs.video_qa.synthetic import VideoQAConfig, VideoQATask
 from troupe.envs.video_qa.views import BehaviorTable, ViewUnavailable, apply_view, select_views
-from troupe.platform.algorithm import Algorithm
+from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
 from troupe.platform.config import to_dict
 from troupe.platform.errors import ConfigError
 from troupe.platform.placement import ActorGraph, Role
-from troupe.platform.registry import ADVANTAGES, ALGORITHMS
+from troupe.platform.registry import ADVANTAGES
+from troupe.platform.run import RunContext
 
 
 @dataclasses.dataclass
@@ -85,11 +87,10 @@ class PixelSFTTask:
         return self.task.corpus(n, seed)
 
 
-@ALGORITHMS.register("bpo")
 class BPO(Algorithm):
-    name = "bpo"
     Config = BPOConfig
     summary_line = "behavior pack optimization over counterfactual video views, against budget-matched GRPO"
+    progress_metrics = ("reward/bpo", "reward/grpo", "eval/macro_acc/bpo")
 
     def __init__(self, config: BPOConfig, ctx: Any) -> None:
         super().__init__(config, ctx)
@@ -101,17 +102,21 @@ class BPO(Algorithm):
         self.data_skipped: dict[str, dict[str, int]] = {}
         self.train_items = self._load_real(c.data.train, "train") if c.data.train else None
         eval_items = (self._load_real(c.data.eval, "eval")[: c.eval.num_prompts] if c.data.eval
-                      else self.task.eval_items(c.eval.num_prompts))
+                      else self.task.eval_items(c.eval.num_prompts, c.eval.eval_seed))
         self.eval_probes = self._build_probes(eval_items)
-        sft_task = PixelSFTTask(self.task, self.train_items) if self.pixels else self.task
-        self.model_path = prepare_policy(c.model, sft_task, to_dict(c.task))
-        reward_kwargs = {"c_fa": c.bpo.c_fa, "r_fmt": c.bpo.r_fmt}
-        self.arms: dict[str, PolicyGraph] = {
-            name: PolicyGraph(c, str(self.model_path), reward_kwargs, prefix=f"{name}_", shared_roles=i == 0)
-            for i, name in enumerate(c.bpo.arms)
-        }
         self.emas = {name: TypeEMA(c.bpo.anchor_ema) for name in c.bpo.arms}
-        self.records: dict[str, dict[int, list[dict]]] = {name: {} for name in c.bpo.arms}
+        self.arms: dict[str, PolicyGraph] = {}
+
+    def prepare(self) -> dict[str, Any]:
+        """The shared SFT checkpoint every arm starts from; the real-data skips, for the report."""
+        c = self.config
+        facts: dict[str, Any] = {"data_skipped": self.data_skipped}
+        sft_task = PixelSFTTask(self.task, self.train_items) if self.pixels else self.task
+        prepare_policy(c.model, sft_task, to_dict(c.task), facts)
+        reward_kwargs = {"c_fa": c.bpo.c_fa, "r_fmt": c.bpo.r_fmt}
+        self.arms = {name: PolicyGraph(c, facts["model_path"], reward_kwargs, prefix=f"{name}_", shared_roles=i == 0)
+                     for i, name in enumerate(c.bpo.arms)}
+        return facts
 
     def _load_real(self, sources: list[dict[str, Any]], role: str) -> list[VideoItem]:
         """Items of real benchmarks; each source's skips are kept for the report. Temporal-hard
@@ -196,48 +201,36 @@ class BPO(Algorithm):
         c = self.config
         items = self.sample_items(step)
         t0 = time.perf_counter()
-        packs, pending = {}, {}
-        for name, policy in self.arms.items():
-            packs[name] = self.build_pack(ARMS[name], items, np.random.default_rng(step_seed(c.run.seed, step, f"views/{name}")))
-            p = packs[name]
-            pending[name] = policy.generate(p.prompts, p.rows, c.rollout.sampling,
-                                            step_seed(c.run.seed, step, f"sample/{name}"), option_letters=p.letters)
-        # Each reward call waits for its arm's batches itself: no round trip through the driver.
-        scoring = {name: policy.score_begin(pending[name]) for name, policy in self.arms.items()}
-        batches = {name: policy.wait_batches(pending[name]) for name, policy in self.arms.items()}
+        packs = {name: self.build_pack(ARMS[name], items, np.random.default_rng(step_seed(c.run.seed, step, f"views/{name}")))
+                 for name in self.arms}
+        # Every arm's rollout in flight at once; each reward call waits for its arm's batches itself.
+        rollouts = {name: policy.rollout(packs[name].prompts, packs[name].rows, c.rollout.sampling,
+                                         step_seed(c.run.seed, step, f"sample/{name}"), option_letters=packs[name].letters)
+                    for name, policy in self.arms.items()}
+        results = {name: r.result() for name, r in rollouts.items()}
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}
-        update_refs = {}
+        updates = {}
         for name, policy in self.arms.items():
-            scored = policy.score(batches[name], scoring[name])
-            adv = self.advantages(name, packs[name], scored)
-            extras: dict[str, Any] = {"advantages": adv}
-            if c.learner.kl_coef > 0:
-                extras["ref_logprobs"] = policy.reference_logprobs(batches[name])
-            update_refs[name] = policy.update_begin(batches[name], extras)
-            metrics.update(self.train_metrics(name, packs[name], scored, adv))
+            adv = self.advantages(name, packs[name], results[name])
+            updates[name] = policy.update_and_sync(results[name].batches, {"advantages": adv})
+            metrics.update(self.train_metrics(name, packs[name], results[name], adv))
         t2 = time.perf_counter()
-        syncs = {name: policy.sync_begin() for name, policy in self.arms.items()}  # queued behind each update
         for name, policy in self.arms.items():
-            for k, v in policy.update_end(update_refs[name]).items():
-                metrics[f"{k}/{name}"] = v
-        t3 = time.perf_counter()
-        for name, policy in self.arms.items():
-            for k, v in policy.sync_end(syncs[name], since=t3).items():
-                metrics[f"{k}/{name}"] = v
+            metrics.update({f"{k}/{name}": v for k, v in updates[name].result().items()})
             metrics[f"faults/{name}"] = float(policy.pop_faults())
-        metrics.update({"time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,
+        metrics.update({"time/generate_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": time.perf_counter() - t2,
                         "responses/step": float(sum(len(p.prompts) for p in packs.values()) / len(packs))})
         return metrics
 
-    def advantages(self, name: str, pack: Pack, scored: dict[str, Any]) -> torch.Tensor:
+    def advantages(self, name: str, pack: Pack, scored: RolloutResult) -> torch.Tensor:
         arm, s = ARMS[name], self.config.bpo
-        rewards = scored["rewards"]
+        rewards = scored.rewards
         mode = arm.advantage or s.adv_mode
         fn = ADVANTAGES.get(mode)
         kw: dict[str, Any] = {"is_anchor": pack.is_anchor}
         if arm.views and arm.reward == "behavior":
-            extras = scored["extras"]
+            extras = scored.extras
             gold = torch.tensor([r["gold"] for r in pack.rows])
             kw["cf_baseline"] = counterfactual_baselines(pack.group_ids, pack.is_anchor, label_codes(pack.labels),
                                                          extras["answer"].long(), gold, extras["conf_gold"], s.c_fa)
@@ -249,11 +242,11 @@ class BPO(Algorithm):
             adv = adv.clamp(-s.adv_clip, s.adv_clip)
         return adv
 
-    def train_metrics(self, name: str, pack: Pack, scored: dict[str, Any], adv: torch.Tensor) -> dict[str, float]:
-        r = scored["rewards"]
-        answers = scored["extras"].get("answer")
+    def train_metrics(self, name: str, pack: Pack, scored: RolloutResult, adv: torch.Tensor) -> dict[str, float]:
+        r = scored.rewards
+        answers = scored.extras.get("answer")
         out = {f"reward/{name}": float(r.mean()), f"adv_abs/{name}": float(adv.abs().mean()),
-               f"reward_errors/{name}": float(len(scored["errors"])), f"views_skipped/{name}": float(pack.skipped)}
+               f"reward_errors/{name}": float(len(scored.errors)), f"views_skipped/{name}": float(pack.skipped)}
         if answers is not None:
             gold = torch.tensor([row["gold"] for row in pack.rows])
             anchors = pack.is_anchor
@@ -280,7 +273,7 @@ class BPO(Algorithm):
     def _build_probes(self, items: list[VideoItem]) -> list[dict[str, Any]]:
         """Every eval item on its original view, a null copy and each counterfactual view its type
         uses (fixed once, so every arm and every evaluation sees the same probes)."""
-        rng = np.random.default_rng(12345)
+        rng = np.random.default_rng(self.config.eval.eval_seed)
         probes = []
         for k, item in enumerate(items):
             row = self.table.row(item.qtype)
@@ -300,7 +293,6 @@ class BPO(Algorithm):
         out: dict[str, float] = {}
         for name, policy in self.arms.items():
             records = self.eval_records(policy, greedy, step)
-            self.records[name][step] = records
             self._write_records(name, step, records)
             for k, v in behaviour_metrics(records).items():
                 out[f"{k}/{name}"] = v
@@ -310,9 +302,9 @@ class BPO(Algorithm):
         import ray
 
         probes = self.eval_probes
-        refs = policy.wait_batches(policy.generate([p["prompt"] for p in probes], [p["row"] for p in probes],
-                                                   sampling, step_seed(self.config.run.seed, step, "eval"),
-                                                   option_letters=[p["item"].letters for p in probes]))
+        refs = policy.rollout([p["prompt"] for p in probes], [p["row"] for p in probes], sampling,
+                              step_seed(self.config.run.seed, step, "eval"),
+                              option_letters=[p["item"].letters for p in probes], score=False).batches()
         texts, lps = [], []
         for b in ray.get(refs):
             texts += b["completion"]
@@ -335,13 +327,11 @@ class BPO(Algorithm):
         path = self.ctx.artifact(f"eval/{name}/step_{step:06d}.jsonl")
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
 
-    def _read_records(self, name: str) -> dict[int, list[dict]]:
-        out = dict(getattr(self, "records", {}).get(name, {}))  # absent when `troupe report` rebuilds
-        for path in sorted((self.ctx.run_dir / "eval" / name).glob("step_*.jsonl")):
-            step = int(path.stem.split("_")[1])
-            if step not in out:
-                out[step] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return out
+    @staticmethod
+    def read_records(run: RunContext, name: str) -> dict[int, list[dict]]:
+        """An arm's evaluation records by step, as `evaluate` wrote them."""
+        return {int(path.stem.split("_")[1]): [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                for path in sorted((run.run_dir / "eval" / name).glob("step_*.jsonl"))}
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self, ckpt_dir: Path) -> None:
@@ -359,11 +349,19 @@ class BPO(Algorithm):
             e.load(state["emas"][k])
 
     # -- report ----------------------------------------------------------------------------------
-    def finalize(self, history: list[dict[str, Any]]) -> dict[str, Any]:
-        c = self.config
+    @classmethod
+    def report(cls, config: BPOConfig, run: RunContext, history: list[dict[str, Any]]) -> Report:
+        summary = cls.summarize(config, run)
+        _plot_eval_curves(config, history, run.plots_dir / "behaviour_rates.png")
+        return Report(summary, report_sections(config, summary))
+
+    @classmethod
+    def summarize(cls, config: BPOConfig, run: RunContext) -> dict[str, Any]:
+        """Each arm's last evaluation against the shared SFT start, with bootstrap intervals."""
+        c = config
         out: dict[str, Any] = {"arms": {}, "pack_size": c.bpo.pack_size}
         for name in c.bpo.arms:
-            recs = self._read_records(name)
+            recs = cls.read_records(run, name)
             if not recs:
                 continue
             first, last = min(recs), max(recs)
@@ -374,71 +372,71 @@ class BPO(Algorithm):
                                  "metrics": bootstrap(recs[last], c.eval.bootstrap, seed=c.run.seed),
                                  "hard_by_type": hard_by_type([recs[last]])}
         out["claim"] = claim_check(out["arms"])
-        if getattr(self, "data_skipped", None):
-            out["data_skipped"] = self.data_skipped
-        if hasattr(self, "model_path"):
-            out["model_path"] = str(self.model_path)
-        self._plot_eval_curves(history)
+        prepared = run.prepared()
+        if prepared.get("data_skipped"):
+            out["data_skipped"] = prepared["data_skipped"]
+        out["model_path"] = prepared.get("model_path")
         return out
 
-    def _plot_eval_curves(self, history: list[dict[str, Any]]) -> None:
-        import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+def _plot_eval_curves(config: BPOConfig, history: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
 
-        fig, axes = plt.subplots(2, 3, figsize=(12, 6.4))
-        for ax, metric in zip(axes.flat, METRICS, strict=True):
-            for name in self.config.bpo.arms:
-                pts = [(r["step"], r[f"eval/{metric}/{name}"]) for r in history if f"eval/{metric}/{name}" in r]
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=name)
-            ax.set_title(METRIC_TITLES[metric], fontsize=9)
-            ax.set_xlabel("step")
-            ax.grid(alpha=0.3)
-        axes.flat[0].legend(fontsize=8)
-        fig.tight_layout()
-        path = self.ctx.plots_dir / "behaviour_rates.png"
-        tmp = path.with_suffix(".tmp.png")
-        fig.savefig(tmp, dpi=110)
-        plt.close(fig)
-        tmp.replace(path)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-    def report_sections(self, summary: dict[str, Any]) -> list[str]:
-        arms = summary.get("arms", {})
-        if not arms:
-            return []
-        head = "| policy | responses/prompt | " + " | ".join(METRIC_TITLES[m] for m in METRICS) + " |"
-        lines = ["## BPO against its baselines", "",
-                 f"Held-out synthetic test set ({self.config.eval.num_prompts} items, greedy answers), value and "
-                 f"bootstrap 95% interval over items. SFT is the shared starting checkpoint.", "",
-                 head, "|" + "---|" * (len(METRICS) + 2)]
-        if "sft" in summary:
-            lines.append("| SFT | – | " + " | ".join(fmt_ci(summary["sft"].get(m)) for m in METRICS) + " |")
-        for name, a in arms.items():
-            lines.append(f"| {name} (step {a['step']}) | {a['responses_per_prompt']} | "
-                         + " | ".join(fmt_ci(a["metrics"].get(m)) for m in METRICS) + " |")
-        by_type = {"SFT": summary.get("sft_hard_by_type") or {},
-                   **{name: a.get("hard_by_type") or {} for name, a in arms.items()}}
-        qtypes = sorted({q for v in by_type.values() for q in v})
-        if qtypes:
-            lines += ["", "Temporal-hard accuracy by question type (items):", "",
-                      "| policy | " + " | ".join(qtypes) + " |", "|" + "---|" * (len(qtypes) + 1)]
-            lines += [f"| {name} | " + " | ".join(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–"
-                                                   for q in qtypes) + " |" for name, v in by_type.items()]
-        claim = summary.get("claim")
-        if claim:
-            lines += ["", "### The claim (§A.5), as measured", ""] + [f"- {line}" for line in claim["lines"]]
-            lines += ["", "One run, one seed, on this run's task and policy. §A.5's own benchmark (a softmax-linear "
-                      "policy that cannot tell a shuffled clip from the original) is "
-                      "`python benchmarks/bpo.py --parts linear`; pooled figures for this setting are in "
-                      "`benchmarks/results/bpo.json`."]
-        if summary.get("data_skipped"):
-            lines += ["", "Real-data rows skipped while loading (by source and reason): "
-                      + "; ".join(f"{k}: {v}" for k, v in summary["data_skipped"].items())]
-        lines += ["", "![behaviour rates](plots/behaviour_rates.png)", "",
-                  f"Policy started from the SFT checkpoint `{summary.get('model_path') or '?'}`."]
-        return ["\n".join(lines)]
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6.4))
+    for ax, metric in zip(axes.flat, METRICS, strict=True):
+        for name in config.bpo.arms:
+            pts = [(r["step"], r[f"eval/{metric}/{name}"]) for r in history if f"eval/{metric}/{name}" in r]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=name)
+        ax.set_title(METRIC_TITLES[metric], fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
+    arms = summary.get("arms", {})
+    if not arms:
+        return []
+    head = "| policy | responses/prompt | " + " | ".join(METRIC_TITLES[m] for m in METRICS) + " |"
+    lines = ["## BPO against its baselines", "",
+             f"Held-out synthetic test set ({config.eval.num_prompts} items, greedy answers), value and "
+             f"bootstrap 95% interval over items. SFT is the shared starting checkpoint.", "",
+             head, "|" + "---|" * (len(METRICS) + 2)]
+    if "sft" in summary:
+        lines.append("| SFT | – | " + " | ".join(fmt_ci(summary["sft"].get(m)) for m in METRICS) + " |")
+    for name, a in arms.items():
+        lines.append(f"| {name} (step {a['step']}) | {a['responses_per_prompt']} | "
+                     + " | ".join(fmt_ci(a["metrics"].get(m)) for m in METRICS) + " |")
+    by_type = {"SFT": summary.get("sft_hard_by_type") or {},
+               **{name: a.get("hard_by_type") or {} for name, a in arms.items()}}
+    qtypes = sorted({q for v in by_type.values() for q in v})
+    if qtypes:
+        lines += ["", "Temporal-hard accuracy by question type (items):", "",
+                  "| policy | " + " | ".join(qtypes) + " |", "|" + "---|" * (len(qtypes) + 1)]
+        lines += [f"| {name} | " + " | ".join(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–"
+                                               for q in qtypes) + " |" for name, v in by_type.items()]
+    claim = summary.get("claim")
+    if claim:
+        lines += ["", "### The claim (§A.5), as measured", ""] + [f"- {line}" for line in claim["lines"]]
+        lines += ["", "One run, one seed, on this run's task and policy. §A.5's own benchmark (a softmax-linear "
+                  "policy that cannot tell a shuffled clip from the original) is "
+                  "`python benchmarks/bpo.py --parts linear`; pooled figures for this setting are in "
+                  "`benchmarks/results/bpo.json`."]
+    if summary.get("data_skipped"):
+        lines += ["", "Real-data rows skipped while loading (by source and reason): "
+                  + "; ".join(f"{k}: {v}" for k, v in summary["data_skipped"].items())]
+    lines += ["", "![behaviour rates](plots/behaviour_rates.png)", "",
+              f"Policy started from the SFT checkpoint `{summary.get('model_path') or '?'}`."]
+    return ["\n".join(lines)]
 
 
 def arm_table(section: dict[str, dict[str, Any]] | None, cells: dict[str, dict[str, str]]) -> BehaviorTable:

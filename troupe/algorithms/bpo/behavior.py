@@ -19,7 +19,7 @@ import torch
 
 from troupe.envs.video_qa.items import ABST, INVALID, LETTERS, parse_answer
 from troupe.platform.errors import DataError
-from troupe.platform.registry import ADVANTAGES, REWARDS
+from troupe.platform.registry import ADVANTAGES
 
 LABELS = ("ORIG", "STAB", "SENS", "ABST", "FLIP")
 LABEL_CODE = {name: i for i, name in enumerate(LABELS)}
@@ -33,9 +33,10 @@ def letter_probs(option_logprobs: torch.Tensor | Sequence[float], num_options: i
 
 
 # -- per-response rewards (step 4) ---------------------------------------------------------------
-def criterion(label: str, answer: int, gold: int, conf_gold: float, c_fa: float = 0.5) -> float:
+def criterion(label: str, answer: int, gold: int, conf_gold: float, *, c_fa: float) -> float:
     """r_ℓ for a parsed ``answer``, without the format bonus. ``conf_gold`` is c_v(a*) on the
-    response's own view (detached). INVALID earns 0 under every label."""
+    response's own view (detached); ``c_fa`` is the false-abstention cost (``bpo.c_fa``).
+    INVALID earns 0 under every label."""
     if answer == INVALID:
         return 0.0
     if label in ("ORIG", "STAB"):
@@ -69,9 +70,8 @@ def well_formatted(completion: str, num_options: int) -> bool:
     return len(s) == 1 and s in LETTERS[:num_options]
 
 
-@REWARDS.register("bpo_behavior")
 def behavior_reward(completion: str, label: str, gold: int, num_options: int,
-                    option_logprobs: torch.Tensor | None = None, c_fa: float = 0.5, r_fmt: float = 0.1,
+                    option_logprobs: torch.Tensor | None = None, *, c_fa: float, r_fmt: float,
                     **_: Any) -> dict[str, float]:
     """The row's behaviour reward, its parsed answer and c_v(a*) (for baselines and metrics)."""
     if label == "FLIP" and num_options != 3:
@@ -79,7 +79,7 @@ def behavior_reward(completion: str, label: str, gold: int, num_options: int,
                         f"{num_options} options")
     answer = parse_answer(completion, num_options)
     conf_gold = float(letter_probs(option_logprobs, num_options)[gold]) if option_logprobs is not None else 1.0
-    r = criterion(label, answer, gold, conf_gold, c_fa)
+    r = criterion(label, answer, gold, conf_gold, c_fa=c_fa)
     if label == "ORIG" and answer != INVALID and well_formatted(completion, num_options):
         r += r_fmt
     return {"reward": r, "answer": float(answer), "conf_gold": conf_gold}
@@ -102,7 +102,7 @@ def _pack_sums(group_ids: torch.Tensor, values: torch.Tensor) -> tuple[torch.Ten
 
 def counterfactual_baselines(group_ids: torch.Tensor, is_anchor: torch.Tensor, labels: Sequence[str] | torch.Tensor,
                              answers: torch.Tensor, gold: torch.Tensor, conf_gold: torch.Tensor,
-                             c_fa: float = 0.5) -> torch.Tensor:
+                             c_fa: float) -> torch.Tensor:
     """AR-cf's baseline for each view response: the mean over the pack's anchors of its view's
     criterion scored on the anchor's answer, i.e. what repeating the original answer would have
     earned on this view (c_v read off this view's forward pass). NaN on anchors.
@@ -182,11 +182,6 @@ def call_advantage(fn: Any, rewards: torch.Tensor, group_ids: torch.Tensor, kw: 
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         kw = {k: v for k, v in kw.items() if k in params}
     return fn(rewards, group_ids, **kw)
-
-
-for _name, _fn in (("ar_cf", ar_cf), ("ar_literal", ar_literal), ("mixed_mean", mixed_mean),
-                   ("mixed_meanstd", mixed_meanstd)):
-    ADVANTAGES.register(_name)(_fn)
 
 
 class TypeEMA:

@@ -12,12 +12,15 @@ from typing import Any, Literal
 
 from troupe.actors.learner import LearnerConfig
 from troupe.actors.sampling import SamplingConfig
+from troupe.algorithms.bpo.behavior import ar_cf, ar_literal, mixed_mean, mixed_meanstd
 from troupe.algorithms.grpo.config import EvalConfig, ReferenceConfig, RewardConfig, RolloutConfig
 from troupe.algorithms.sft import ModelConfig, SFTConfig
 from troupe.envs.video_qa.synthetic import VideoQAConfig
-from troupe.platform.config import RunConfig, check
+from troupe.platform.config import RunConfig, check, registered
+from troupe.platform.registry import ADVANTAGES
 
-ADV_MODES = ("ar_cf", "ar_literal", "mixed_mean", "mixed_meanstd")
+# The anchor-relative advantage modes, each a BPO arm of the adv-modes preset.
+ADV_MODES = tuple(fn.__name__ for fn in (ar_cf, ar_literal, mixed_mean, mixed_meanstd))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +79,7 @@ class BPOSettings:
     anchors: int = 2  # K0: responses on the original view per prompt
     per_view: int = 1  # K_v: responses per counterfactual view
     num_views: int = 3  # m: views per prompt (one STAB-or-SENS, one SENS, one ABST)
-    adv_mode: str = "ar_cf"  # ar_cf, ar_literal, mixed_mean, mixed_meanstd, or a registered/"module:fn" one
+    adv_mode: str = registered("ar_cf", ADVANTAGES)  # ar_cf, ar_literal, mixed_mean, mixed_meanstd, or "module:fn"
     c_fa: float = 0.5  # false-abstention penalty
     r_fmt: float = 0.1  # bonus on original-view answers in the answer format
     adv_clip: float | None = None  # clip |A| to this (§A.2 suggests 2)
@@ -107,6 +110,7 @@ class BPOEvalConfig(EvalConfig):
     num_prompts: int = 240  # test items: equal per type, half the temporal ones temporal-hard
     bootstrap: int = 1000  # resamples for the 95% intervals over items
     sens_conf_drop: float = 0.3  # a SENS view counts as sensed if the answer changes or its confidence drops this much
+    eval_seed: int = 12345  # the synthetic test items and the views probed on them
 
 
 def _model() -> ModelConfig:

@@ -266,7 +266,7 @@ def advantages(arm: LinearArm, batch: dict[str, Any], answers: torch.Tensor, con
     if arm.views and arm.reward == "behaviour":
         kw["anchor_baseline"] = ema.baseline([QTYPES[int(q)] for q in batch["qtype"]], rewards, batch["anchor"])
         kw["cf_baseline"] = counterfactual_baselines(batch["group"], batch["anchor"], batch["labels"], answers,
-                                                     batch["gold"], conf_gold, cfg.c_fa)
+                                                     batch["gold"], conf_gold, c_fa=cfg.c_fa)
     return call_advantage(ADVANTAGES.get(arm.advantage), rewards, batch["group"], kw).to(torch.float64)
 
 
@@ -288,7 +288,7 @@ def train(arm_name: str, cfg: LinearConfig, seed: int) -> tuple[LinearPolicy, li
         actions = torch.multinomial(probs, 1, generator=gen).squeeze(1)
         answers = _answers(actions)
         conf_gold = probs.gather(1, batch["gold"].unsqueeze(1)).squeeze(1)  # c_v(a*): a* is an option index
-        rewards = torch.tensor([criterion(lab, int(a), int(g), float(c), cfg.c_fa) for lab, a, g, c in
+        rewards = torch.tensor([criterion(lab, int(a), int(g), float(c), c_fa=cfg.c_fa) for lab, a, g, c in
                                 zip(batch["labels"], answers, batch["gold"], conf_gold, strict=True)],
                                dtype=torch.float64)
         adv = advantages(arm, batch, answers, conf_gold, rewards, ema, cfg)

@@ -6,7 +6,6 @@ The graph is rollout → reward → learner (+ a reference scorer when ``learner
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,31 +14,31 @@ import numpy as np
 from troupe.algorithms.grpo.config import GRPOConfig
 from troupe.algorithms.policy_graph import PolicyGraph, group_rows, step_seed
 from troupe.algorithms.sft import prepare_policy
-from troupe.envs.arithmetic import ArithmeticTask
-from troupe.envs.datasets import PromptDataset
-from troupe.platform.algorithm import Algorithm
-from troupe.platform.config import to_dict
+from troupe.envs.task import build_task
+from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.placement import ActorGraph, Role
-from troupe.platform.registry import ADVANTAGES, ALGORITHMS, ENVIRONMENTS
+from troupe.platform.registry import ADVANTAGES
+from troupe.platform.run import RunContext
 
 
-@ALGORITHMS.register("grpo")
 class GRPO(Algorithm):
-    name = "grpo"
     Config = GRPOConfig
     summary_line = "group-relative policy optimisation on a verifiable task (the LLM baseline)"
+    progress_metrics = ("reward/mean", "eval/accuracy", "loss/policy")
 
-    def __init__(self, config: GRPOConfig, ctx: Any) -> None:
+    def __init__(self, config: GRPOConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)
-        t = config.task
-        self.task: ArithmeticTask = ENVIRONMENTS.get(t.name)(digits=t.digits, ops=tuple(t.ops))
-        self.train_set = PromptDataset.from_jsonl(t.dataset, ("prompt", "answer")) if t.dataset else None
-        eval_rows = (PromptDataset.from_jsonl(t.eval_dataset, ("prompt", "answer")).rows if t.eval_dataset
-                     else self.task.eval_set(config.eval.num_prompts))
-        self.eval_rows = eval_rows[: config.eval.num_prompts]
+        self.task = build_task(config.task)
+        self.eval_rows = self.task.eval_rows(config.eval.num_prompts)
         self.advantage = ADVANTAGES.get(config.grpo.advantage)
-        self.model_path = prepare_policy(config.model, self.task, to_dict(t))
-        self.policy = PolicyGraph(config, str(self.model_path))
+        self.policy: PolicyGraph | None = None
+
+    def prepare(self) -> dict[str, Any]:
+        """The SFT checkpoint RL starts from (from the cache when it exists)."""
+        facts: dict[str, Any] = {}
+        prepare_policy(self.config.model, self.task.sft_task(), self.task.cache_key(), facts)
+        self.policy = PolicyGraph(self.config, facts["model_path"])
+        return facts
 
     def roles(self) -> list[Role]:
         return self.policy.roles()
@@ -50,39 +49,24 @@ class GRPO(Algorithm):
 
     def sample_prompts(self, step: int) -> list[dict]:
         rng = np.random.default_rng(step_seed(self.config.run.seed, step, "prompts"))
-        n = self.config.grpo.prompts_per_step
-        return self.train_set.sample(n, rng) if self.train_set else self.task.sample(n, "train", rng)
+        return self.task.train_rows(self.config.grpo.prompts_per_step, rng)
 
     def step(self, step: int) -> dict[str, float]:
         c, p = self.config, self.policy
         prompts, rows, group_ids = group_rows(self.sample_prompts(step), c.grpo.group_size)
-
-        t0 = time.perf_counter()
-        pending = p.generate(prompts, rows, c.rollout.sampling, step_seed(c.run.seed, step, "sample"))
-        scoring = p.score_begin(pending)  # the reward actor waits for the batches itself
-        batches = p.wait_batches(pending)
-        t1 = time.perf_counter()
-        scored = p.score(batches, scoring)
-        rewards = scored["rewards"]
-        advantages = self.advantage(rewards, group_ids)  # e.g. GRPO: A_i = (r_i - mean) / std
-        extras: dict[str, Any] = {"advantages": advantages}
-        if c.learner.kl_coef > 0:
-            extras["ref_logprobs"] = p.reference_logprobs(batches)
-        t2 = time.perf_counter()
-        metrics = p.update_and_sync(batches, extras)  # sets time/update_s and time/sync_s
-
-        grouped = rewards.view(-1, c.grpo.group_size)
-        metrics.update({
-            "reward/mean": float(rewards.mean()),
-            "reward/std": float(rewards.std()),
-            "reward/solved_groups": float((grouped.max(1).values > 0).float().mean()),
-            "reward/zero_std_groups": float((grouped.std(1) == 0).float().mean()),
-            "reward/errors": float(len(scored["errors"])),
-            "faults": float(p.pop_faults()),
-            "time/generate_s": t1 - t0,
-            "time/reward_s": t2 - t1,
-        })
-        return metrics
+        out = p.rollout(prompts, rows, c.rollout.sampling, step_seed(c.run.seed, step, "sample")).result()
+        advantages = self.advantage(out.rewards, group_ids)  # e.g. GRPO: A_i = (r_i - mean) / std
+        metrics = p.update_and_sync(out.batches, {"advantages": advantages}).result()
+        grouped = out.rewards.view(-1, c.grpo.group_size)
+        return {**metrics,
+                "reward/mean": float(out.rewards.mean()),
+                "reward/std": float(out.rewards.std()),
+                "reward/solved_groups": float((grouped.max(1).values > 0).float().mean()),
+                "reward/zero_std_groups": float((grouped.std(1) == 0).float().mean()),
+                "reward/errors": float(len(out.errors)),
+                "faults": float(p.pop_faults()),
+                "time/generate_s": out.generate_s,
+                "time/reward_s": out.reward_s}
 
     def evaluate(self, step: int) -> dict[str, float]:
         greedy = dataclasses.replace(self.config.rollout.sampling, temperature=self.config.eval.temperature)
@@ -95,36 +79,32 @@ class GRPO(Algorithm):
     def load(self, ckpt_dir: Path) -> None:
         self.policy.load(ckpt_dir)
 
-    def finalize(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    @classmethod
+    def report(cls, config: GRPOConfig, run: RunContext, history: list[dict[str, Any]]) -> Report:
         evals = [r["eval/accuracy"] for r in history if "eval/accuracy" in r]
         rewards = [r["reward/mean"] for r in history if "reward/mean" in r]
         k = max(1, len(rewards) // 10)
-        out = {
+        s = {
             "eval_accuracy_start": evals[0] if evals else None,
             "eval_accuracy_end": evals[-1] if evals else None,
             "eval_accuracy_best": max(evals) if evals else None,
             "train_reward_first10pct": float(np.mean(rewards[:k])) if rewards else None,
             "train_reward_last10pct": float(np.mean(rewards[-k:])) if rewards else None,
+            "model_path": run.prepared().get("model_path"),
         }
-        if hasattr(self, "model_path"):  # absent when `troupe report` rebuilds from files
-            out["model_path"] = str(self.model_path)
-        return out
-
-    def report_sections(self, summary: dict[str, Any]) -> list[str]:
-        s = summary
         rows = [
             "## GRPO result",
             "",
             "| | start | end |",
             "|---|---|---|",
-            f"| held-out accuracy (greedy, {self.config.eval.num_prompts} prompts) | {_f(s.get('eval_accuracy_start'))} | "
-            f"{_f(s.get('eval_accuracy_end'))} |",
-            f"| training reward (mean of first / last 10% of steps) | {_f(s.get('train_reward_first10pct'))} | "
-            f"{_f(s.get('train_reward_last10pct'))} |",
+            f"| held-out accuracy (greedy, {config.eval.num_prompts} prompts) | {_f(s['eval_accuracy_start'])} | "
+            f"{_f(s['eval_accuracy_end'])} |",
+            f"| training reward (mean of first / last 10% of steps) | {_f(s['train_reward_first10pct'])} | "
+            f"{_f(s['train_reward_last10pct'])} |",
             "",
-            f"Policy started from the SFT checkpoint `{s.get('model_path') or '?'}`.",
+            f"Policy started from `{s['model_path'] or '?'}`.",
         ]
-        return ["\n".join(rows)]
+        return Report(s, ["\n".join(rows)])
 
 
 def _f(v: Any) -> str:

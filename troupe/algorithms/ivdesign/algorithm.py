@@ -28,13 +28,14 @@ from troupe.algorithms.ivdesign.acquisition import ACQUISITIONS
 from troupe.algorithms.ivdesign.experiment import CellSpec, DesignConfig, IVExperimenterActor
 from troupe.algorithms.ivdesign.model import ModelConfig
 from troupe.envs.iv_population import make_population
-from troupe.platform.algorithm import Algorithm
+from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.checkpoint import atomic_write_json
 from troupe.platform.config import RunConfig, check
 from troupe.platform.errors import ConfigError
 from troupe.platform.metrics import mean_se
 from troupe.platform.placement import ActorGraph, Role
-from troupe.platform.registry import ALGORITHMS, ENVIRONMENTS
+from troupe.platform.registry import ENVIRONMENTS
+from troupe.platform.run import RunContext
 
 BASELINES = ("random", "outcome_variance", "marginal_variance")
 WEAK_FITTED_EFFECT = 0.05  # below this largest fitted change of P(t=1) across z, the report warns
@@ -111,22 +112,18 @@ def chunk_end(step: int, steps: int, design: DesignConfig) -> int:
     return design.initial + round((step + 1) * adaptive / steps)
 
 
-@ALGORITHMS.register("ivdesign")
 class IVDesign(Algorithm):
-    name = "ivdesign"
     Config = IVDesignConfig
     summary_line = "adaptive IV design under noncompliance: IVIG vs random/outcome-/marginal-variance queries"
 
-    def __init__(self, config: IVDesignConfig, ctx: Any) -> None:
+    def __init__(self, config: IVDesignConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)
         c = config
         # Build every population once here so that bad input fails before any actor exists.
         self.factories: dict[str, tuple[type, dict[str, Any]]] = {}
-        self.targets: dict[str, str] = {}
         for spec in c.cells.populations:
-            pop = make_population(spec.env, spec.params)
+            make_population(spec.env, spec.params)
             self.factories[spec.label] = (ENVIRONMENTS.get(spec.env), dict(spec.params))
-            self.targets[spec.label] = pop.target_description
         cells = [CellSpec(p.label, m, c.run.seed + i) for i in range(c.cells.seeds)
                  for p in c.cells.populations for m in c.cells.methods]
         # Deterministic shuffle so that every worker gets a mix of populations and methods.
@@ -164,6 +161,9 @@ class IVDesign(Algorithm):
         self.faults.extend(new_faults)
         rows = [row for r in results for row in r["rows"]]
         self.rows.extend(rows)
+        # What the report is built from, kept current so that `troupe report` needs no live run.
+        atomic_write_json(self.ctx.artifact("cells.json"), self.rows)
+        atomic_write_json(self.ctx.artifact("faults.json"), self.faults)
         self.n_done = n_until
         metrics: dict[str, float] = {"queries": float(n_until), "faults": float(len(new_faults))}
         current = [r for r in rows if r["n"] == n_until]
@@ -178,7 +178,7 @@ class IVDesign(Algorithm):
     def evaluate(self, step: int) -> dict[str, float]:
         """Area under the mean RMSE curve so far (see `area_under_curve`) per population and method."""
         return {f"rmse_auc/{label}/{method}": area_under_curve(ns, mean)
-                for (label, method), (ns, mean, _) in self._mean_curves().items()}
+                for (label, method), (ns, mean, _) in mean_curves(self.rows).items()}
 
     # -- state -----------------------------------------------------------------------------------
     def save(self, ckpt_dir: Path) -> None:
@@ -195,32 +195,32 @@ class IVDesign(Algorithm):
         self.rows, self.faults, self.n_done = data["rows"], data["faults"], data["n_done"]
 
     # -- the run directory ---------------------------------------------------------------------
-    def _mean_curves(self) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """(n, mean RMSE, standard error over seeds) per population and method."""
-        out = {}
-        for key, group in _group(self.rows, ("population", "method")).items():
-            by_n = _group(group, ("n",))
-            ns = np.array(sorted(k[0] for k in by_n))
-            vals = [[r["rmse"] for r in by_n[(n,)]] for n in ns]
-            out[key] = (ns, np.array([np.mean(v) for v in vals]),
-                        np.array([np.std(v) / math.sqrt(len(v)) for v in vals]))
-        return out
+    @classmethod
+    def report(cls, config: IVDesignConfig, run: RunContext, history: list[dict[str, Any]]) -> Report:
+        def read(name: str) -> list[dict[str, Any]]:
+            path = run.run_dir / name
+            return json.loads(path.read_text()) if path.is_file() else []
 
-    def finalize(self, history: list[dict[str, Any]]) -> dict[str, Any]:
-        summary = summarise(self.rows, self.config, self.targets)
-        summary["faults_detail"] = self.faults
-        pops = self.graph["population"]
-        try:
-            truths = {label: pops.wait([pops[0].truth.remote(label)], "truth")[0] for label in self.targets}
-        except Exception as e:  # plots of the truth are a courtesy; the figures stand without them
-            self.ctx.info("ivdesign: no truth for plots: %s", e)
-            truths = {}
-        summary["plots"] = write_plots(self.rows, self.config, self.ctx.plots_dir, truths)
-        atomic_write_json(self.ctx.artifact("cells.json"), self.rows)
-        return finite_or_none(summary)
+        rows = read("cells.json")
+        pops = {spec.label: make_population(spec.env, spec.params) for spec in config.cells.populations}
+        summary = summarise(rows, config, {label: pop.target_description for label, pop in pops.items()})
+        summary["faults_detail"] = read("faults.json")
+        truths = {label: pop.truth() for label, pop in pops.items()}
+        summary["plots"] = write_plots(rows, config, run.plots_dir, truths)
+        summary = finite_or_none(summary)
+        return Report(summary, report_tables(summary))
 
-    def report_sections(self, summary: dict[str, Any]) -> list[str]:
-        return report_tables(summary)
+
+def mean_curves(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(n, mean RMSE, standard error over seeds) per population and method."""
+    out = {}
+    for key, group in _group(rows, ("population", "method")).items():
+        by_n = _group(group, ("n",))
+        ns = np.array(sorted(k[0] for k in by_n))
+        vals = [[r["rmse"] for r in by_n[(n,)]] for n in ns]
+        out[key] = (ns, np.array([np.mean(v) for v in vals]),
+                    np.array([np.std(v) / math.sqrt(len(v)) for v in vals]))
+    return out
 
 
 # -- summary ---------------------------------------------------------------------------------

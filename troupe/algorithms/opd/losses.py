@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-NE_LOSSES = ("hard", "tl", "rkl")
+from troupe.platform.errors import RegistryError
+from troupe.platform.registry import DISTILL_LOSSES
 
 
 def generalized_jsd(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor, beta: float = 0.5) -> torch.Tensor:
@@ -56,11 +57,13 @@ def hard_target_ce(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor)
 
 
 def ne_loss(name: str, student_logits: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
-    """The NE-OPD loss ``name`` (``hard`` | ``tl`` | ``rkl``) at every position."""
-    fns = {"hard": hard_target_ce, "tl": teacher_likelihood, "rkl": reverse_kl}
-    if name not in fns:
-        raise ValueError(f"opd.ne_loss={name!r}: expected one of {NE_LOSSES}")
-    return fns[name](student_logits, teacher_logprobs)
+    """The distillation loss ``name`` at every position: a registered one (``hard``, ``tl``,
+    ``rkl``, ``jsd``; entry-point group ``troupe.distill_losses``) or a ``"module:function"``."""
+    try:
+        fn = DISTILL_LOSSES.resolve(name, "opd.ne_loss")
+    except RegistryError as e:
+        raise ValueError(str(e)) from None
+    return fn(student_logits, teacher_logprobs)
 
 
 def sampled_rkl_advantage(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:

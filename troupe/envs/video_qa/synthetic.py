@@ -44,7 +44,6 @@ import numpy as np
 from troupe.envs.video_qa.items import SymbolicFrames, SymObject, VideoItem
 from troupe.envs.video_qa.pixels import RGB, SHAPES, render_pixels
 from troupe.platform.errors import ConfigError, DataError
-from troupe.platform.registry import ENVIRONMENTS
 
 SYNTH_QTYPES = ("temporal_order", "action_direction", "object_attribute", "counting", "existence")
 CUE_QTYPES = ("temporal_order", "action_direction")
@@ -74,7 +73,7 @@ class VideoQAConfig:
 
     def __post_init__(self) -> None:
         def bad(key: str, why: str) -> ConfigError:
-            return ConfigError(f"env.{key}={getattr(self, key)!r}: {why}")
+            return ConfigError(f"task.{key}={getattr(self, key)!r}: {why}")
 
         if not 4 <= self.num_frames <= 64:
             raise bad("num_frames", "expected 4 to 64")
@@ -348,8 +347,9 @@ class VideoQATask:
             items.append(self._item(q, split, rng, follow))
         return items
 
-    def eval_items(self, n: int, seed: int = 12345) -> list[VideoItem]:
-        """A fixed test set: equal counts per type (when ``n`` divides), half of temporal ones hard."""
+    def eval_items(self, n: int, seed: int) -> list[VideoItem]:
+        """A fixed test set drawn with ``seed`` (BPO's ``eval.eval_seed``): equal counts per type
+        (when ``n`` divides), half of temporal ones hard."""
         return self.sample_items(n, "test", np.random.default_rng(seed))
 
     # ---- text ----------------------------------------------------------------------------
@@ -387,4 +387,3 @@ class VideoQATask:
         return render_pixels(item, self.config.pixel_size, self.config.grid)
 
 
-ENVIRONMENTS.register("video_qa", VideoQATask)
