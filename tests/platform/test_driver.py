@@ -1,0 +1,115 @@
+"""The driver: preparation, the loop, checkpoints and resume, and a report rebuilt from files,
+on an algorithm that needs no Ray cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from troupe import Run
+from troupe.cli import main
+from troupe.platform.algorithm import Algorithm, Report
+from troupe.platform.checkpoint import atomic_write_json
+from troupe.platform.config import RunConfig, registered
+from troupe.platform.errors import ConfigError
+from troupe.platform.registry import ALGORITHMS, REWARDS
+
+
+@dataclasses.dataclass
+class WalkConfig:
+    stride: float = 1.0
+    reward: str = registered("arithmetic_exact", REWARDS)
+    run: RunConfig = dataclasses.field(default_factory=lambda: RunConfig(steps=4, eval_every=2, checkpoint_every=2))
+
+
+class Walk(Algorithm):
+    """A position that moves by ``stride`` a step; its state is checkpointed."""
+
+    Config = WalkConfig
+    summary_line = "walks"
+    needs_ray = False
+    progress_metrics = ("position",)
+    prepared_calls = 0
+
+    def __init__(self, config: WalkConfig, ctx: Any) -> None:
+        super().__init__(config, ctx)
+        self.position = 0.0
+
+    def prepare(self) -> dict[str, Any]:
+        Walk.prepared_calls += 1
+        return {"start": self.position}
+
+    def step(self, step: int) -> dict[str, float]:
+        self.position += self.config.stride
+        return {"position": self.position}
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        return {"distance": abs(self.position)}
+
+    def save(self, ckpt_dir):
+        atomic_write_json(ckpt_dir / "walk.json", {"position": self.position})
+
+    def load(self, ckpt_dir):
+        self.position = json.loads((ckpt_dir / "walk.json").read_text())["position"]
+
+    @classmethod
+    def report(cls, config: WalkConfig, run: Any, history: list[dict[str, Any]]) -> Report:
+        last = max((r["position"] for r in history if "position" in r), default=0.0)
+        return Report({"final_position": last, "start": run.prepared().get("start")},
+                      [f"## Walk result\n\nreached {last}"])
+
+
+ALGORITHMS.register("walk_test", Walk)
+
+
+def test_a_run_prepares_steps_evaluates_checkpoints_and_reports(tmp_path):
+    with Run("walk_test", out=tmp_path / "run", overrides=["run.progress=false"]) as run:
+        summary = run.run()
+    out = tmp_path / "run"
+    assert summary["final_position"] == 4.0 and summary["start"] == 0.0
+    prepared = json.loads((out / "prepare.json").read_text())
+    assert prepared["start"] == 0.0 and prepared["seconds"] >= 0
+    evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval/distance" in r]
+    assert [(r["step"], r["eval/distance"]) for r in evals] == [(0, 0.0), (2, 2.0), (4, 4.0)]
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step-00000004"
+    report = (out / "report.md").read_text()
+    assert report.index("## Walk result") < report.index("## Plots") < report.index("## Metrics: first and last")
+
+
+def test_resume_continues_from_the_last_checkpoint_with_the_same_metrics(tmp_path):
+    with Run("walk_test", out=tmp_path / "full", overrides=["run.progress=false", "run.steps=6"]) as run:
+        run.run()
+    # Interrupted at 4 (a checkpoint and an evaluation are due there), then resumed to 6.
+    with Run("walk_test", out=tmp_path / "part", overrides=["run.progress=false", "run.steps=4"]) as run:
+        run.run()
+    with Run("walk_test", resume=tmp_path / "part", overrides=["run.steps=6"]) as run:
+        assert run.step_index == 4 and run.algo.position == 4.0
+        run.run()
+
+    def rows(d):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")}
+                for r in map(json.loads, (tmp_path / d / "metrics.jsonl").read_text().splitlines())]
+
+    assert rows("part") == rows("full")
+
+
+def test_a_bad_registered_name_fails_before_the_algorithm_is_built(tmp_path):
+    before = Walk.prepared_calls
+    with pytest.raises(ConfigError, match=r"^reward='no_such_reward': unknown reward 'no_such_reward'; registered: "):
+        Run("walk_test", out=tmp_path / "run", overrides=["reward=no_such_reward"])
+    assert Walk.prepared_calls == before and not (tmp_path / "run").exists()
+
+
+def test_troupe_report_rebuilds_the_report_from_the_run_directory_alone(tmp_path, capsys):
+    out = tmp_path / "run"
+    with Run("walk_test", out=out, overrides=["run.progress=false"]) as run:
+        first = run.run()
+    (out / "report.md").unlink()
+    (out / "summary.json").write_text(json.dumps({"algorithm": "walk_test", "faults": 0, "wall_s": 1.5}))
+    assert main(["report", str(out)]) == 0
+    rebuilt = json.loads((out / "summary.json").read_text())
+    assert rebuilt["final_position"] == first["final_position"] and rebuilt["wall_s"] == 1.5
+    assert "## Walk result" in (out / "report.md").read_text()
