@@ -301,11 +301,39 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]
             print("  ".join("-" * w for w in widths))
 
 
+# The figure each runtime goal is judged on, by the goal's text in a size's result.
+GOAL_FIGURES = {
+    "actor/generate >= 0.95": "ratio_actor_vs_generate",
+    "raw_s/actor_s >= 0.95": "ratio_raw_vs_actor",
+    "troupe_s/numpy_s <= 1.5": "ratio_troupe_vs_numpy",
+    "troupe <= 1.1 x limit": "ratio_troupe_vs_limit",
+    "troupe faster than trl": "ratio_troupe_vs_trl",
+    "outside share < 0.1": "outside_share",
+}
+
+
+def runtime_claims(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """One ``{claim, measured, holds}`` per goal and size (and pass, for grpo's whole-machine
+    pass): the goals each runtime benchmark already judges, as the top-level claims list."""
+    claims = []
+    for section, label in (("sizes", ""), ("whole_machine", "whole machine, ")):
+        for size, r in (payload.get(section) or {}).items():
+            goals = r.get("goals") or ({r["goal"]: r["goal_met"]} if "goal" in r else {})
+            for goal, holds in goals.items():
+                measured = r.get(GOAL_FIGURES.get(goal, ""))
+                if isinstance(measured, dict):  # a figure with its spread: the claim is on the median
+                    measured = measured.get("median")
+                claims.append({"claim": f"{label}{size}: {goal}", "measured": measured, "holds": bool(holds)})
+    return claims
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``benchmarks/results/<name>.json`` atomically (with the machine it ran on)."""
+    """Write ``benchmarks/results/<name>.json`` atomically (with the machine it ran on); a
+    payload without its own ``claims`` gets the runtime goals as claims."""
     from troupe.platform.checkpoint import atomic_write_json
 
     path = RESULTS / f"{name}.json"
-    atomic_write_json(path, {"benchmark": name, "machine": machine(), **payload})
+    claims = payload.get("claims", runtime_claims(payload))
+    atomic_write_json(path, {"benchmark": name, "machine": machine(), **payload, "claims": claims})
     print(f"wrote {path}")
     return path

@@ -234,16 +234,16 @@ def rollout_killed(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     with grpo(work / "run", *args.overrides) as run:
         policy, engines = run.algo.policy, run.graph["rollout"]
-        generate = policy.generate
+        rollout = policy.rollout
 
-        def generate_then_kill(*a: Any, **kw: Any) -> Any:
-            pending = generate(*a, **kw)
-            policy.generate = generate  # once
+        def rollout_then_kill(*a: Any, **kw: Any) -> Any:
+            pending = rollout(*a, **kw)
+            policy.rollout = rollout  # once
             ray.kill(engines[0], no_restart=False)  # dies with its generate call in flight
             return pending
 
         def arm() -> None:
-            policy.generate = generate_then_kill
+            policy.rollout = rollout_then_kill
 
         before_step(run, 1, arm)
         run.run()
@@ -452,14 +452,15 @@ def paused_troupe_run(pause_at: str, marker: Path, argv: list[str]) -> int:
 
         def paused_step(self: Any, step: int) -> dict[str, float]:
             if step == target:
-                update = self.policy.update
+                update_and_sync = self.policy.update_and_sync
 
-                def update_then_pause(*a: Any, **kw: Any) -> dict[str, float]:
-                    out = update(*a, **kw)
+                def update_then_pause(*a: Any, **kw: Any) -> Any:
+                    pending = update_and_sync(*a, **kw)
+                    pending.result()  # the update and its sync are done: the pause is inside the step
                     pause(f"step {step}")
-                    return out
+                    return pending
 
-                self.policy.update = update_then_pause
+                self.policy.update_and_sync = update_then_pause
             return grpo_step(self, step)
 
         GRPO.step = paused_step
