@@ -122,7 +122,7 @@ def test_learner_agent_pairs_on_ray_match_the_in_process_run(ray_local):
 
 @pytest.mark.timeout(180)
 def test_smoke_run_end_to_end(ray_local, tmp_path):
-    import troupe.algorithms.bandit  # noqa: F401  (registers "bandit")
+    from troupe.cli import main
     from troupe.platform.driver import Run
 
     with Run("bandit", preset="smoke", out=tmp_path / "run", overrides=["run.progress=false"]) as run:
@@ -136,3 +136,9 @@ def test_smoke_run_end_to_end(ray_local, tmp_path):
         assert (run_dir / "plots" / f"{name}.png").stat().st_size > 1000
     rows = [json.loads(x) for x in (run_dir / "cells.jsonl").read_text().splitlines()]
     assert all(r["pulls"] == r["horizon"] for r in rows)
+    # `troupe report` rebuilds the same result from the run directory alone.
+    (run_dir / "report.md").unlink()
+    assert main(["report", str(run_dir)]) == 0
+    rebuilt = json.loads((run_dir / "summary.json").read_text())["main"]
+    assert json.dumps(rebuilt, sort_keys=True) == json.dumps(summary["main"], sort_keys=True)  # NaN slopes too
+    assert "What the sweep shows" in (run_dir / "report.md").read_text()

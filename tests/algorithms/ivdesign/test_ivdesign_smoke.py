@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import troupe.algorithms.ivdesign  # noqa: F401  (registers the algorithm)
+from troupe.cli import main
 from troupe.platform.driver import Run
 
 
@@ -36,6 +36,16 @@ def test_smoke_run_writes_report_summary_and_plots(smoke_run):
     assert {r["n"] for r in rows} == set(range(3, 13))  # every query of every cell is scored
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["queries"] for m in metrics if "queries" in m] == [6.0, 9.0, 12.0]
+
+
+@pytest.mark.timeout(180)
+def test_troupe_report_rebuilds_the_result_from_the_run_directory_alone(smoke_run):
+    out, summary = smoke_run
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0
+    rebuilt = json.loads((out / "summary.json").read_text())
+    assert rebuilt["populations"] == json.loads(json.dumps(summary["populations"]))
+    assert "## Target-CATE accuracy" in (out / "report.md").read_text()
 
 
 @pytest.mark.timeout(180)
