@@ -1,4 +1,4 @@
-"""The `troupe` command: run, list, report (and submit, for clusters)."""
+"""The `troupe` command: run, list, report, export (and submit, for clusters)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,16 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild report.md, plots and summary.json of a run directory")
     rep.add_argument("run_dir")
 
+    ex = sub.add_parser("export", help="write a run's trained policy as a Hugging Face model directory",
+                        description="troupe export RUN_DIR OUT [--step N] [--arm NAME] [--merge-lora] [--force]")
+    ex.add_argument("run_dir")
+    ex.add_argument("out", help="the model directory to write (a PEFT adapter for a LoRA run)")
+    ex.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the latest)")
+    ex.add_argument("--arm", default=None, help="the policy of a run with several arms (default: the first "
+                    "with 'bpo' in its name)")
+    ex.add_argument("--merge-lora", action="store_true", help="a LoRA run: write the merged full model")
+    ex.add_argument("--force", action="store_true", help="replace OUT when it exists and is not empty")
+
     s = sub.add_parser("submit", help="submit a run to a Ray cluster as a job",
                        description="troupe submit --address URL [--follow] -- grpo --preset smoke")
     from troupe.cluster.submit import add_submit_arguments
@@ -54,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             return _list()
         if args.command == "report":
             return _report(args.run_dir)
+        if args.command == "export":
+            return _export(args)
         if args.command == "submit":
             from troupe.cluster.submit import submit_main
 
@@ -87,6 +99,17 @@ def _list() -> int:
         cls = ALGORITHMS.get(name)
         presets = ", ".join(list_presets(cls.presets_dir()))
         print(f"{name:10s} {cls.summary_line}\n{'':10s} presets: {presets}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from troupe.algorithms.export import export
+
+    info = export(args.run_dir, args.out, step=args.step, arm=args.arm, merge_lora=args.merge_lora,
+                  force=args.force)
+    arm = f" ({info['arm']})" if info["arm"] else ""
+    what = "PEFT adapter" if info["kind"] == "adapter" else f"{info['dtype']} model"
+    print(f"exported the {what} of step {info['step']}{arm} to {info['out']}")
     return 0
 
 

@@ -93,3 +93,41 @@ def test_objective_with_kl_requires_reference():
     _, m = policy_objective("ppo_clip", lp, lp, torch.ones(1), torch.ones(1, 2), kl_coef=0.1,
                             ref_logprobs=torch.full((1, 2), -1.0))
     assert m["kl/ref"] == pytest.approx(math.exp(-1))
+
+
+def test_entropy_bonus_subtracts_coef_times_entropy_aggregated_like_the_policy_loss():
+    # At A = 0 the policy term is 0, so the loss is the bonus alone: -c · Σ w·H.
+    lp = torch.zeros(2, 3)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    entropy = torch.tensor([[1.0, 2.0, 5.0], [4.0, 7.0, 7.0]])  # masked positions must not count
+    zero = torch.zeros(2)
+    # grpo: w = m / (|o_i| · N) = [[1/4, 1/4, 0], [1/2, 0, 0]]  →  Σ w·H = 0.25 + 0.5 + 2 = 2.75
+    loss, m = policy_objective("reinforce", lp, lp, zero, mask, aggregation="grpo", entropy=entropy, entropy_coef=0.5)
+    assert loss.item() == -1.375 and m["loss/entropy"] == -1.375
+    # dapo: w = m / Σm = 1/3 on each of the three tokens  →  Σ w·H = 7/3
+    loss, _ = policy_objective("reinforce", lp, lp, zero, mask, aggregation="dapo", entropy=entropy, entropy_coef=0.5)
+    assert loss.item() == pytest.approx(-0.5 * 7 / 3, abs=1e-7)
+    # off by default: the entropy is ignored and nothing is logged for it
+    loss, m = policy_objective("reinforce", lp, lp, zero, mask, entropy=entropy)
+    assert loss.item() == 0.0 and "loss/entropy" not in m
+    with pytest.raises(ValueError, match="entropy"):
+        policy_objective("reinforce", lp, lp, zero, mask, entropy_coef=0.1)
+
+
+def test_entropy_bonus_gradient_raises_the_entropy():
+    logits = torch.tensor([[[2.0, 0.0, -1.0]]], requires_grad=True)
+    h = entropy_from_logits(logits)
+    loss, _ = policy_objective("reinforce", torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1),
+                               entropy=h, entropy_coef=1.0)
+    loss.backward()
+    # a step against the gradient flattens the distribution: the most likely token loses mass
+    assert logits.grad[0, 0, 0] > 0 and logits.grad[0, 0, 2] < 0
+
+
+def test_entropy_of_a_truncated_distribution_counts_only_the_kept_tokens():
+    inf = float("inf")
+    logits = torch.tensor([[0.0, 0.0, -inf, -inf]], requires_grad=True)
+    h = entropy_from_logits(logits)
+    assert h.item() == pytest.approx(math.log(2))
+    h.sum().backward()
+    assert torch.isfinite(logits.grad).all()  # 0 · (-inf) never reaches the gradient

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from troupe.actors.learner import Learner
+from troupe.actors.models import load_tokenizer
 from troupe.actors.reward import RuleReward
 from troupe.actors.rollout_hf import HFRolloutEngine, completion_mask
-from troupe.actors.sampling import SamplingConfig
+from troupe.actors.sampling import SamplingConfig, chat_format
 from troupe.actors.scorer import Scorer
 from troupe.platform.batch import Batch
 from troupe.platform.errors import RemoteCallError
@@ -59,8 +60,22 @@ def test_sampled_logprobs_equal_learner_and_scorer_recompute(ray_local, tiny_mod
         ref_lp = g["ref"].call("logprobs", batch)[0]["logprobs"]
         assert torch.allclose(learner_lp[m], batch["logprobs"][m], atol=1e-4)
         assert torch.allclose(ref_lp[m], batch["logprobs"][m], atol=1e-4)
+        # Chat rows: the engine renders each row's turns; the learner and scorer score those ids.
+        chat = [r for p in PROMPTS for r in 2 * [{"messages": chat_turns(p), "answer": "0"}]]
+        batch = g["rollout"].call("generate", [r["messages"][-1]["content"] for r in chat], SAMPLING, chat,
+                                  seed=7)[0]
+        tok = load_tokenizer(tiny_model_dir)
+        shown = tok.decode(batch["prompt_ids"][0][batch["prompt_mask"][0].bool()])
+        assert shown == chat_format(tok, [PROMPTS[0]], rows=chat[:1])[0] and shown.startswith("<|im_start|>system")
+        m = batch["completion_mask"].bool()
+        assert torch.allclose(g["learner"].call("logprobs", batch)[0][m], batch["logprobs"][m], atol=1e-4)
+        assert torch.allclose(g["ref"].call("logprobs", batch)[0]["logprobs"][m], batch["logprobs"][m], atol=1e-4)
     finally:
         g.shutdown()
+
+
+def chat_turns(prompt: str) -> list[dict]:
+    return [{"role": "system", "content": "Add the numbers."}, {"role": "user", "content": prompt}]
 
 
 @pytest.mark.timeout(240)

@@ -36,6 +36,7 @@ def task_configs(jsonl_files):
     return {
         "arithmetic": grpo("task.digits=3"),
         "jsonl": grpo("task.name=jsonl", f"task.train={train}", f"task.eval={held_out}"),
+        "dataset": grpo("task.name=dataset", f"task.train={train}", f"task.eval={held_out}"),
         "video_qa": grpo("task.name=video_qa", "task.num_frames=6"),
     }
 
@@ -44,7 +45,7 @@ def wrong(answer: str) -> str:
     return "B" if answer == "A" else "A" if answer.isalpha() else answer + "1"
 
 
-@pytest.mark.parametrize("name", ["arithmetic", "jsonl", "video_qa"])
+@pytest.mark.parametrize("name", ["arithmetic", "jsonl", "dataset", "video_qa"])
 def test_each_registered_task_gives_rows_a_held_out_set_and_a_checker(name, jsonl_files):
     cfg = task_configs(jsonl_files)[name]
     task = build_task(cfg.task)
@@ -60,7 +61,7 @@ def test_each_registered_task_gives_rows_a_held_out_set_and_a_checker(name, json
         assert fn(completion=wrong(str(r["answer"])), **r) == 0.0
 
 
-@pytest.mark.parametrize("name", ["arithmetic", "jsonl", "video_qa"])
+@pytest.mark.parametrize("name", ["arithmetic", "jsonl", "dataset", "video_qa"])
 def test_each_task_gives_an_sft_corpus(name, jsonl_files):
     sft = build_task(task_configs(jsonl_files)[name].task).sft_task()
     rows = sft.sample(4, "train", np.random.default_rng(0))
@@ -124,10 +125,10 @@ def test_a_key_of_another_task_is_an_unknown_key(jsonl_files):
 
 def test_an_unknown_task_names_the_key_the_value_and_the_registered_tasks():
     with pytest.raises(ConfigError, match=r"task.name='sorting'.*unknown task 'sorting'.*"
-                                          r"arithmetic, jsonl, video_qa") as e:
+                                          r"arithmetic, dataset, jsonl, video_qa") as e:
         grpo("task.name=sorting")
     assert "TASKS" in str(e.value)
-    with pytest.raises(ConfigError, match=r"task.name='no_such_module:Task'.*cannot import.*arithmetic, jsonl"):
+    with pytest.raises(ConfigError, match=r"task.name='no_such_module:Task'.*cannot import.*arithmetic, dataset, jsonl"):
         grpo("task.name=no_such_module:Task")
 
 
@@ -194,7 +195,7 @@ def test_a_users_task_class_is_selected_by_import_path(tmp_path, monkeypatch):
         grpo(f"task.name={module}:Reverse", "task.digits=2")
 
 
-@pytest.mark.parametrize("name", ["arithmetic", "jsonl", "video_qa"])
+@pytest.mark.parametrize("name", ["arithmetic", "jsonl", "dataset", "video_qa"])
 def test_each_task_config_round_trips_through_a_dict(name, jsonl_files):
     cfg = task_configs(jsonl_files)[name]
     again = from_dict(GRPOConfig, to_dict(cfg))

@@ -42,6 +42,14 @@ def test_safetensors_roundtrip(tmp_path):
     assert torch.equal(back["w"], t["w"]) and torch.equal(back["b"], t["b"])
 
 
+def test_safetensors_keep_bf16_and_read_only_the_keys_under_a_prefix(tmp_path):
+    t = {"model/w": torch.randn(3, 4).to(torch.bfloat16), "optim/0/exp_avg": torch.zeros(3, 4)}
+    save_state_dict(tmp_path / "m.safetensors", t)
+    back = load_state_dict(tmp_path / "m.safetensors", prefix="model/")
+    assert list(back) == ["model/w"] and back["model/w"].dtype == torch.bfloat16
+    assert torch.equal(back["model/w"], t["model/w"])
+
+
 def test_crash_mid_checkpoint_keeps_last_good_one(tmp_path):
     ck = CheckpointDir(tmp_path / "ckpt")
     ck.write(2, lambda d: (d / "x").write_text("good"))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import socket
 from typing import Any
 
@@ -20,15 +19,21 @@ import numpy as np
 import torch
 
 from troupe.actors.base import configure_threads
+from troupe.actors.logit_processing import as_sampling
 from troupe.actors.logprobs import completion_forward, score_completions
 from troupe.actors.losses import policy_objective
+from troupe.actors.lr_schedule import LR_SCHEDULES, lr_factor
 from troupe.actors.models import load_causal_lm
+from troupe.actors.sampling import SamplingConfig
 from troupe.actors.scorer import as_batch
 from troupe.actors.transport import object_store
 from troupe.actors.transport.base import WeightUpdate, choose_transport, pack_state_dict, unpack_state_dict
 from troupe.platform.batch import Batch
 from troupe.platform.config import check, registered
+from troupe.platform.errors import ConfigError
 from troupe.platform.registry import AGGREGATIONS, POLICY_LOSSES, TRANSPORTS
+
+AUTOCAST = {"none": None, "bf16": torch.bfloat16}  # learner.autocast → the forward passes' dtype
 
 
 @dataclasses.dataclass
@@ -52,14 +57,24 @@ class LearnerConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = 1.0
+    # The learning rate: a linear warm-up from 0 over `warmup_steps` optimizer steps, then
+    # constant, or a linear or cosine decay over `total_steps` (None: run.steps × num_minibatches,
+    # one update per step) to `min_lr_ratio` × lr.
+    lr_schedule: str = "constant"  # constant, linear or cosine
+    warmup_steps: int = 0
+    total_steps: int | None = None
+    min_lr_ratio: float = 0.0
     loss: str = registered("ppo_clip", POLICY_LOSSES)  # ppo_clip, reinforce, or "module:function"
     # The loss's own hyperparameters, by name; its signature holds their defaults
     # (ppo_clip: clip_low, clip_high — DAPO's clip-higher is loss_kwargs.clip_high=0.28).
     loss_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     aggregation: str = registered("grpo", AGGREGATIONS)  # grpo, dr_grpo, dapo, or "module:function"
     kl_coef: float = 0.0  # k3 KL to the reference policy; > 0 adds a reference scorer
+    entropy_coef: float = 0.0  # entropy bonus: the loss minus coef × entropy, aggregated like the policy loss
     num_minibatches: int = 1  # optimizer steps per batch
-    micro_batch_size: int = 64
+    micro_batch_size: int = 64  # gradients accumulate over micro-batches: the same step as one batch
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
+    autocast: str = "none"  # none, or bf16: torch.autocast around the forward passes (float32 weights)
     recompute_old_logprobs: bool = False  # recompute π_old with the learner (use with vLLM)
     num_ranks: int = 1
     num_cpus: float = 1.0
@@ -74,6 +89,16 @@ class LearnerConfig:
         check(self.num_ranks >= 1, "learner.num_ranks", self.num_ranks, "an integer >= 1")
         check(self.grad_clip >= 0, "learner.grad_clip", self.grad_clip, "a number >= 0 (0 disables)")
         check(self.kl_coef >= 0, "learner.kl_coef", self.kl_coef, "a number >= 0")
+        check(self.entropy_coef >= 0, "learner.entropy_coef", self.entropy_coef, "a number >= 0 (0 = off)")
+        check(self.lr_schedule in LR_SCHEDULES, "learner.lr_schedule", self.lr_schedule,
+              "one of " + ", ".join(LR_SCHEDULES))
+        check(self.warmup_steps >= 0, "learner.warmup_steps", self.warmup_steps, "an integer >= 0")
+        check(self.total_steps is None or self.total_steps >= 1, "learner.total_steps", self.total_steps,
+              "an integer >= 1, or null for run.steps × learner.num_minibatches")
+        check(0 <= self.min_lr_ratio <= 1, "learner.min_lr_ratio", self.min_lr_ratio, "a number in [0, 1]")
+        check(isinstance(self.gradient_checkpointing, bool), "learner.gradient_checkpointing",
+              self.gradient_checkpointing, "true or false")
+        check(self.autocast in AUTOCAST, "learner.autocast", self.autocast, "one of " + ", ".join(AUTOCAST))
 
     def validate(self) -> None:
         """Checks that need the loss itself (run in the driver by `check_registered`)."""
@@ -87,15 +112,31 @@ class Learner:
 
     def __init__(self, model_path: str, config: dict[str, Any] | LearnerConfig, rank: int = 0,
                  world_size: int = 1, seed: int = 0, temperature: float = 1.0, max_len: int | None = None,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", chat_template: str | None = None,
+                 sampling: SamplingConfig | dict[str, Any] | None = None, run_steps: int | None = None) -> None:
+        """``sampling`` is the rollout's (``temperature`` alone, when it is not given): the learner's
+        log-probs are those of the distribution the engines sample from. ``run_steps`` (one update
+        each) gives the default ``learner.total_steps`` of a decaying learning-rate schedule."""
         configure_threads()
         self.cfg = config if isinstance(config, LearnerConfig) else _learner_config(config)
         self.rank, self.world_size = rank, world_size
-        self.temperature = temperature if temperature > 0 else 1.0
+        self.sampling = as_sampling(sampling if sampling is not None else temperature)
+        # The schedule's step is `updates` (optimizer steps taken), which checkpoints keep.
+        derived = run_steps * self.cfg.num_minibatches if run_steps is not None else None
+        self.total_steps = self.cfg.total_steps or derived
+        if self.cfg.lr_schedule != "constant" and self.total_steps is None:
+            raise ConfigError(f"learner.lr_schedule={self.cfg.lr_schedule} decays over learner.total_steps: set it "
+                              "(or pass run_steps, as the algorithms do)")
         self.max_len = max_len
         self.device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(seed)
-        model, self.tokenizer = load_causal_lm(model_path, self.cfg.dtype, self.device)
+        # The run's model.chat_template, if set, so the tokenizer matches the engines'; prompts arrive as ids.
+        model, self.tokenizer = load_causal_lm(model_path, self.cfg.dtype, self.device, chat_template)
+        if self.cfg.gradient_checkpointing:
+            # Non-reentrant: the gradient reaches LoRA adapters behind frozen embeddings too.
+            # transformers >= 5.x names it activation checkpointing (the old name warns).
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable({"use_reentrant": False})
         if self.cfg.lora.enabled:
             from peft import LoraConfig, get_peft_model
 
@@ -145,8 +186,9 @@ class Learner:
             batch.require("ref_logprobs", who="Learner.update with learner.kl_coef > 0")
         if self.cfg.recompute_old_logprobs:
             self.model.eval()
-            batch["logprobs"] = score_completions(self.model, batch.to(self.device), self.temperature,
-                                                  self.cfg.micro_batch_size)["logprobs"].cpu()
+            with self._autocast():
+                batch["logprobs"] = score_completions(self.model, batch.to(self.device), self.sampling,
+                                                      self.cfg.micro_batch_size)["logprobs"].cpu()
             self.model.train()
         metrics: dict[str, list[float]] = {}
         for minibatch in batch.split(self.cfg.num_minibatches):
@@ -168,24 +210,41 @@ class Learner:
             last = i == len(micro) - 1
             ctx = model.no_sync() if (self.ddp_model is not None and not last) else contextlib.nullcontext()
             with ctx:
-                fwd = completion_forward(model, mb, self.temperature, with_entropy=True)
+                with self._autocast():
+                    fwd = completion_forward(model, mb, self.sampling, with_entropy=True,
+                                             entropy_grad=self.cfg.entropy_coef > 0)
+                # Every micro-batch's loss is normalised by the whole minibatch's counts: their
+                # gradients add up to the gradient of the minibatch as one batch.
                 loss, m = policy_objective(
                     self.cfg.loss, fwd["logprobs"], mb["logprobs"], mb["advantages"], mb["completion_mask"],
                     aggregation=self.cfg.aggregation, kl_coef=self.cfg.kl_coef, ref_logprobs=mb.get("ref_logprobs"),
-                    loss_kwargs=self.cfg.loss_kwargs, **norm,
+                    loss_kwargs=self.cfg.loss_kwargs, entropy=fwd["entropy"], entropy_coef=self.cfg.entropy_coef,
+                    **norm,
                 )
                 # DDP averages gradients over ranks; the normalisers are already global.
                 (loss * self.world_size).backward()
             cm = mb["completion_mask"].float()
-            m["entropy"] = float((fwd["entropy"] * cm).sum() / cm.sum().clamp(min=1))
+            m["entropy"] = float((fwd["entropy"].detach() * cm).sum() / cm.sum().clamp(min=1))
             for k, v in m.items():
                 totals[k] = totals.get(k, 0.0) + v * len(mb) / max(len(shard), 1)
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
+        lr = self.cfg.lr * lr_factor(self.updates, self.cfg.lr_schedule, self.cfg.warmup_steps, self.total_steps,
+                                     self.cfg.min_lr_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
         self.updates += 1
         totals["grad_norm"] = float(grad_norm)
+        totals["lr"] = lr
         return totals
+
+    def _autocast(self) -> Any:
+        """The context of the forward passes: ``torch.autocast`` to ``learner.autocast``'s dtype, or none."""
+        dtype = AUTOCAST[self.cfg.autocast]
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=dtype)
 
     # -- weights ------------------------------------------------------------------------
     def publish_weights(self, transport: str = "object_store") -> WeightUpdate:
@@ -223,8 +282,9 @@ class Learner:
     def logprobs(self, batch: Batch | list[Any]) -> torch.Tensor:
         self.model.eval()
         try:
-            return score_completions(self.model, as_batch(batch).to(self.device), self.temperature,
-                                     self.cfg.micro_batch_size)["logprobs"].cpu()
+            with self._autocast():
+                return score_completions(self.model, as_batch(batch).to(self.device), self.sampling,
+                                         self.cfg.micro_batch_size)["logprobs"].cpu()
         finally:
             self.model.train()
 
@@ -264,17 +324,6 @@ class Learner:
         self.updates = int(meta["updates"])
         torch.set_rng_state(torch.tensor(meta["torch_rng"], dtype=torch.uint8))
         return True
-
-    def save_pretrained(self, path: str) -> str:
-        """Write a loadable model directory (LoRA merged into a copy of the base weights)."""
-        import copy
-
-        from troupe.actors.models import save_model
-
-        os.makedirs(path, exist_ok=True)
-        model = copy.deepcopy(self.model).merge_and_unload() if self.cfg.lora.enabled else self.model
-        save_model(model, self.tokenizer, path)
-        return path
 
 
 def _resolve(extras: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -3,11 +3,14 @@ learner, the reference scorer and the teacher scorer, so that they agree to the 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 
+from troupe.actors.logit_processing import as_sampling, is_identity, process_logits, seen_tokens
 from troupe.actors.losses import entropy_from_logits, selective_log_softmax
+from troupe.actors.sampling import SamplingConfig
 from troupe.platform.batch import Batch
 
 
@@ -18,11 +21,15 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def completion_forward(
-    model: Any, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, top_k: int = 0,
+    model: Any, batch: Batch, sampling: SamplingConfig | dict | float | None = 1.0, with_entropy: bool = False,
+    top_k: int = 0, entropy_grad: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Log-probs ``[B, C]`` of ``completion_ids`` given ``prompt_ids`` (and, on request, the
-    entropy and the top-k log-prob distribution at every completion position). A batch with
-    ``pixel_values_videos``/``video_grid_thw`` (see `troupe.actors.vision`) feeds its videos too."""
+    """Log-probs ``[B, C]`` of ``completion_ids`` given ``prompt_ids`` under the distribution
+    ``sampling`` draws from (a `SamplingConfig`, or a bare temperature; see
+    `troupe.actors.logit_processing`), and, on request, its entropy (a metric without a graph
+    unless ``entropy_grad``) and its ``top_k`` most likely log-probs at every completion position.
+    A batch with ``pixel_values_videos``/``video_grid_thw`` (see `troupe.actors.vision`) feeds its
+    videos too."""
     batch.require("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", who="completion_forward")
     p_ids, p_mask = batch["prompt_ids"], batch["prompt_mask"]
     c_ids, c_mask = batch["completion_ids"], batch["completion_mask"]
@@ -39,12 +46,15 @@ def completion_forward(
     out = model(input_ids=input_ids, attention_mask=attn, use_cache=False, **extra)
     P = p_ids.shape[1]
     logits = out.logits[:, P - 1 : -1].float()
-    if temperature and temperature != 1.0:
-        logits = logits / temperature
+    sampling = as_sampling(sampling)
+    if not is_identity(sampling):
+        seen = (seen_tokens(p_ids, p_mask, c_ids, logits.shape[-1]) if sampling.repetition_penalty != 1.0
+                else None)
+        logits = process_logits(logits, sampling, seen, keep=c_ids)
     lse = torch.logsumexp(logits, dim=-1)  # once, for the log-probs and the entropy
     result = {"logprobs": selective_log_softmax(logits, c_ids, lse)}
     if with_entropy:
-        with torch.no_grad():  # a metric: no graph
+        with contextlib.nullcontext() if entropy_grad else torch.no_grad():  # a metric, unless the loss uses it
             result["entropy"] = entropy_from_logits(logits, lse)
     if top_k:
         lp = torch.log_softmax(logits, -1)
@@ -54,8 +64,9 @@ def completion_forward(
 
 
 @torch.no_grad()
-def score_completions(model: Any, batch: Batch, temperature: float = 1.0, micro_batch_size: int = 64,
-                      top_k: int = 0) -> dict[str, torch.Tensor]:
+def score_completions(model: Any, batch: Batch, sampling: SamplingConfig | dict | float | None = 1.0,
+                      micro_batch_size: int = 64, top_k: int = 0) -> dict[str, torch.Tensor]:
     """`completion_forward` without gradients, in micro-batches, concatenated."""
-    parts = [completion_forward(model, mb, temperature, top_k=top_k) for mb in batch.chunks(micro_batch_size)]
+    sampling = as_sampling(sampling)
+    parts = [completion_forward(model, mb, sampling, top_k=top_k) for mb in batch.chunks(micro_batch_size)]
     return {k: torch.cat([p[k] for p in parts], 0) for k in parts[0]}

@@ -30,10 +30,13 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, lse: torch.
 
 
 def entropy_from_logits(logits: torch.Tensor, lse: torch.Tensor | None = None) -> torch.Tensor:
-    """H = logsumexp(z) - sum softmax(z) z; ``lse``, when the caller has it, is logsumexp(z)."""
+    """H = logsumexp(z) - sum softmax(z) z; ``lse``, when the caller has it, is logsumexp(z).
+    Tokens a truncated distribution removed (z = -inf, p = 0) add nothing."""
     if lse is None:
         lse = torch.logsumexp(logits, dim=-1)
     p = torch.exp(logits - lse.unsqueeze(-1))
+    if torch.isneginf(logits).any():  # 0 · (-inf) is NaN, in the value and in its gradient
+        logits = logits.masked_fill(p == 0, 0.0)
     return lse - (p * logits).sum(-1)
 
 
@@ -133,8 +136,11 @@ def policy_objective(
     num_tokens: int | None = None,
     max_len: int | None = None,
     loss_kwargs: dict[str, Any] | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The scalar loss: aggregate(policy loss + β·k3 KL) and its diagnostics."""
+    """The scalar loss: aggregate(policy loss + β·k3 KL - c·H), with c = ``entropy_coef`` and H
+    the per-token ``entropy`` of the policy, and its diagnostics."""
     out = POLICY_LOSSES.get(loss_name)(logprobs, old_logprobs, advantages, **(loss_kwargs or {}))
     if not isinstance(out, PolicyLossOutput) or out.per_token.shape != logprobs.shape:
         got = (f"a per-token loss of shape {tuple(out.per_token.shape)}" if isinstance(out, PolicyLossOutput)
@@ -156,4 +162,10 @@ def policy_objective(
         kl = k3_kl(logprobs, ref_logprobs)
         metrics["kl/ref"] = float((kl.detach() * m).sum() / denom)
         total = per_token + kl_coef * kl
+    if entropy_coef:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the per-token entropy (completion_forward(with_entropy=True))")
+        # Entropy bonus: -c · H, aggregated with the same weights as the policy loss.
+        metrics["loss/entropy"] = float((w * entropy).sum().detach()) * -entropy_coef
+        total = total - entropy_coef * entropy
     return (w * total).sum(), metrics

@@ -115,8 +115,33 @@ def _looks_local(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or Path(name).expanduser().exists() or name.count("/") > 1
 
 
-def load_tokenizer(name_or_path: str) -> Any:
-    """The tokenizer of a model directory or hub id (troupe's own reload as the fast class)."""
+def chat_template_text(value: str | None, key: str = "model.chat_template") -> str | None:
+    """The Jinja chat template that ``value`` gives: the text of a ``.jinja`` file (or of any
+    existing file), else ``value`` itself; None keeps the model's own template."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if value.endswith(".jinja") or ("\n" not in value and _is_file(path)):
+        if not _is_file(path):
+            raise ConfigError(f"{key}={value!r}: no such template file; give a Jinja string or the path of a "
+                              ".jinja file")
+        return path.read_text()
+    if "{{" not in value and "{%" not in value:
+        raise ConfigError(f"{key}={value!r} is neither a file nor a Jinja template (no '{{{{' or '{{%'); give "
+                          "a Jinja string or the path of a .jinja file")
+    return value
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a template too long for a file name, or with a NUL
+        return False
+
+
+def load_tokenizer(name_or_path: str, chat_template: str | None = None) -> Any:
+    """The tokenizer of a model directory or hub id (troupe's own reload as the fast class);
+    ``chat_template`` (Jinja text) replaces the one it ships with."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     path = Path(name_or_path).expanduser()
@@ -128,11 +153,15 @@ def load_tokenizer(name_or_path: str) -> Any:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
+    if chat_template is not None:
+        tok.chat_template = chat_template
     return tok
 
 
-def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
-    """Load ``(model, tokenizer)`` from a local directory or a hub id, with errors that say what to fix."""
+def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu",
+                   chat_template: str | None = None) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` from a local directory or a hub id, with errors that say what to fix;
+    ``chat_template`` (Jinja text) replaces the tokenizer's own (see `load_tokenizer`)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -149,7 +178,7 @@ def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu
     if torch_dtype is None:
         raise ConfigError(f"model.dtype={dtype!r}: expected float32, bfloat16 or float16")
     try:
-        tok = load_tokenizer(name_or_path)
+        tok = load_tokenizer(name_or_path, chat_template)
         where = str(path) if path.exists() else name_or_path
         config = AutoConfig.from_pretrained(where)
         # A vision-language checkpoint (e.g. qwen2_5_vl) is no AutoModelForCausalLM; its class

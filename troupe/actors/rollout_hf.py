@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from troupe.actors.base import configure_threads
+from troupe.actors.logit_processing import is_identity, process_logits, prompt_tokens, seen_tokens
 from troupe.actors.losses import selective_log_softmax
-from troupe.actors.models import load_causal_lm
+from troupe.actors.models import chat_template_text, load_causal_lm
 from troupe.actors.sampling import (
     SamplingConfig,
     chat_format,
@@ -40,10 +41,10 @@ class HFRolloutEngine:
     """A causal LM that samples completions; one per rollout rank."""
 
     def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", chat: bool = True,
-                 seed: int = 0) -> None:
+                 seed: int = 0, chat_template: str | None = None) -> None:
         configure_threads()
         self.device = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model, self.tokenizer = load_causal_lm(model_path, dtype, self.device)
+        self.model, self.tokenizer = load_causal_lm(model_path, dtype, self.device, chat_template)
         self.model.eval()
         self.video_layout = VideoLayout.of(self.model.config, model_path) if is_vision_model(self.model.config) else None
         # A sampled vision placeholder would be read as a video slot when the learner re-scores
@@ -58,10 +59,11 @@ class HFRolloutEngine:
     @classmethod
     def config_kwargs(cls, cfg: Any) -> dict[str, Any]:
         """The constructor arguments taken from an algorithm's config (all but ``model_path``)."""
-        return {"dtype": cfg.model.dtype, "seed": cfg.run.seed, "device": cfg.model.device}
+        return {"dtype": cfg.model.dtype, "seed": cfg.run.seed, "device": cfg.model.device,
+                "chat_template": chat_template_text(getattr(cfg.model, "chat_template", None))}
 
-    def format_prompts(self, prompts: list[str]) -> list[str]:
-        return chat_format(self.tokenizer, prompts, self.chat)
+    def format_prompts(self, prompts: list[str], rows: list[dict] | None = None) -> list[str]:
+        return chat_format(self.tokenizer, prompts, self.chat, rows)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
@@ -83,7 +85,8 @@ class HFRolloutEngine:
         t0 = time.perf_counter()
         tok = self.tokenizer
         shown, video = self._with_videos(prompts, rows)
-        enc = {k: v.to(self.device) for k, v in self._encode(shown).items()}
+        # A row's chat turns are its prompt, except where its video placeholders were put into the text.
+        enc = {k: v.to(self.device) for k, v in self._encode(shown, None if video else rows).items()}
         model_inputs = dict(enc)
         if video:
             model_inputs.update(video_inputs(self.model.config, enc["input_ids"],
@@ -98,9 +101,14 @@ class HFRolloutEngine:
             output_logits=True,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
+            # transformers' own penalty and warpers stay off (a model's generation_config may set
+            # them): `SamplingProcessor` applies the whole sampling config.
+            repetition_penalty=1.0,
         )
         if not greedy:
-            gen_kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
+            gen_kwargs.update(temperature=1.0, top_p=1.0, top_k=0, min_p=None)
+        if not is_identity(sampling):
+            gen_kwargs.update(logits_processor=[SamplingProcessor(sampling, enc["input_ids"], enc["attention_mask"])])
         if sampling.stop:
             gen_kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
         if self.never_sample:
@@ -111,9 +119,13 @@ class HFRolloutEngine:
         logits = torch.stack(out.logits, 1).float()  # raw logits, [B, C, V]
         option_lp = (option_logprobs(logits[:, 0], self._letter_ids(option_letters))
                      if option_letters is not None else None)
-        # In place and gather − logsumexp: no scaled copy and no full log-softmax, each as large as the logits.
-        if not greedy:
-            logits.div_(sampling.temperature)
+        # The log-probs of the distribution sampled from: the raw logits processed again, all
+        # positions at once. In place and gather − logsumexp: no scaled copy and no full
+        # log-softmax, each as large as the logits.
+        if not is_identity(sampling):
+            seen = (seen_tokens(enc["input_ids"], enc["attention_mask"], completion, logits.shape[-1])
+                    if sampling.repetition_penalty != 1.0 else None)
+            logits = process_logits(logits, sampling, seen, keep=completion, inplace=True)
         logprobs = selective_log_softmax(logits, completion)
         mask = completion_mask(completion, tok.eos_token_id, tok.pad_token_id)
         texts = self._decode(completion, mask, sampling.stop)
@@ -135,16 +147,24 @@ class HFRolloutEngine:
         )
         return batch
 
-    def _encode(self, prompts: list[str]) -> dict[str, torch.Tensor]:
-        """Left-padded ids and mask of the chat-formatted prompts. A group repeats its prompt G
-        times: each distinct prompt is formatted and tokenized once (the chat template costs more
-        than a small model's forward pass), and the rows are gathered from those."""
-        distinct = list(dict.fromkeys(prompts))
-        enc = self.tokenizer(self.format_prompts(distinct), return_tensors="pt", padding=True, add_special_tokens=False)
+    def _encode(self, prompts: list[str], rows: list[dict] | None = None) -> dict[str, torch.Tensor]:
+        """Left-padded ids and mask of the chat-formatted prompts (a row's ``"messages"``, when it
+        has them, are its prompt). A group repeats its prompt G times: each distinct prompt is
+        formatted and tokenized once (the chat template costs more than a small model's forward
+        pass), and the rows are gathered from those."""
+        keys = [(p, _turns_key(r)) for p, r in zip(prompts, rows or [None] * len(prompts), strict=True)]
+        where: dict[tuple, int] = {}
+        distinct: list[int] = []  # the first position of each distinct prompt
+        for i, key in enumerate(keys):
+            if key not in where:
+                where[key] = len(distinct)
+                distinct.append(i)
+        enc = self.tokenizer(self.format_prompts([prompts[i] for i in distinct],
+                                                 [rows[i] for i in distinct] if rows else None),
+                             return_tensors="pt", padding=True, add_special_tokens=False)
         if len(distinct) == len(prompts):
             return dict(enc)
-        where = {p: i for i, p in enumerate(distinct)}
-        index = torch.tensor([where[p] for p in prompts])
+        index = torch.tensor([where[key] for key in keys])
         return {k: v.index_select(0, index) for k, v in enc.items()}
 
     def _with_videos(self, prompts: list[str], rows: list[dict] | None) -> tuple[list[str], dict[str, torch.Tensor]]:
@@ -195,6 +215,27 @@ class HFRolloutEngine:
                 "threads": torch.get_num_threads(), **dataclasses.asdict(SamplingConfig())}
 
 
+class SamplingProcessor:
+    """`process_logits` as a transformers logits processor: the distribution `generate` draws
+    each token from. The repetition penalty counts the prompt's tokens (not its left padding)
+    and those generated so far."""
+
+    def __init__(self, sampling: SamplingConfig, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+        self.sampling = sampling
+        self.prompt_len = prompt_ids.shape[1]
+        self.prompt_ids, self.prompt_mask = prompt_ids, prompt_mask
+        self.in_prompt: torch.Tensor | None = None  # [B, V], on the first call (V is the logits')
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        seen = None
+        if self.sampling.repetition_penalty != 1.0:
+            if self.in_prompt is None:
+                self.in_prompt = prompt_tokens(self.prompt_ids, self.prompt_mask, scores.shape[-1])
+            seen = self.in_prompt.scatter(1, input_ids[:, self.prompt_len:], True)
+        # Never in place: `generate` keeps ``scores`` as the raw logits it returns.
+        return process_logits(scores, self.sampling, seen)
+
+
 def option_logprobs(first_logits: torch.Tensor, letter_ids: list[list[int]]) -> torch.Tensor:
     """``[B, max letters]`` log-softmax (over the whole vocabulary) of each row's letters at the
     first completion position; -inf pads rows with fewer letters."""
@@ -222,3 +263,9 @@ def completion_mask(completion: torch.Tensor, eos_id: int | None, pad_id: int | 
         last_real = torch.where(not_pad.any(1), C - 1 - not_pad.flip(1).argmax(1), torch.full((B,), -1))
         mask &= (idx <= last_real.unsqueeze(1)).long()
     return mask
+
+
+def _turns_key(row: dict | None) -> tuple:
+    """What, beside its text, tells one prompt from another: its row's chat turns (none for a plain prompt)."""
+    turns = row.get("messages") if row else None
+    return tuple((t["role"], t["content"]) for t in turns) if turns else ()

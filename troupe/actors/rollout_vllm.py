@@ -23,12 +23,15 @@ How the engine runs (vLLM >= 0.10.2):
   and the copies of a prompt in a group still differ.
 
 Log-probs: ``SamplingParams(logprobs=0)`` returns the sampled token's log-prob, and the engine
-runs with ``logprobs_mode="processed_logprobs"``: in vLLM >= 0.10.2 that is the log-softmax of
-the logits after temperature and top-k/top-p, which at ``top_p=1`` is the quantity the hf engine
-returns and the learner recomputes (``log_softmax(logits / T)``). With ``top_p < 1`` it is the
-renormalised truncated distribution; vLLM 0.10.0–0.10.1 take it before temperature and earlier
-versions return the raw (``T = 1``) log-probs. Kernels differ from the learner's in any case
-(bf16, fused attention), so for exact importance ratios set
+must run with ``logprobs_mode="processed_logprobs"`` (set in `engine_kwargs`; the default,
+``raw_logprobs``, is the unprocessed ``T = 1`` distribution): in vLLM >= 0.10.2 that is the
+log-softmax of the logits after vLLM's sampler has applied, in this order, the repetition
+penalty, temperature, min-p, top-k and top-p, the order and rules of
+`troupe.actors.logit_processing`, with which the hf engine samples and the learner and scorers
+recompute; truncated tokens are renormalised away. vLLM 0.10.0–0.10.1 take it before
+temperature and earlier versions return the raw log-probs. Kernels differ from the learner's in
+any case (bf16, fused attention), and a token at the edge of a top-p or min-p set may fall on
+the other side of it in the learner, so for exact importance ratios set
 ``learner.recompute_old_logprobs=true``: the learner then recomputes π_old itself and the
 engine's log-probs only feed metrics.
 
@@ -57,7 +60,7 @@ from typing import Any
 import torch
 
 from troupe.actors.base import configure_threads
-from troupe.actors.models import load_tokenizer
+from troupe.actors.models import chat_template_text, load_tokenizer
 from troupe.actors.sampling import (  # noqa: F401  (chat_format: part of this module's API)
     SamplingConfig,
     chat_format,
@@ -109,6 +112,8 @@ def engine_kwargs(model_path: str, dtype: str, seed: int, gpu_memory_utilization
     kw: dict[str, Any] = {
         "model": str(model_path), "dtype": dtype, "seed": seed, "gpu_memory_utilization": gpu_memory_utilization,
         "enforce_eager": enforce_eager, "tensor_parallel_size": 1, "skip_tokenizer_init": True,
+        # Log-probs of the distribution sampled from (penalty, temperature, min-p, top-k, top-p
+        # applied), as the learner recomputes them; without it vLLM returns the raw T = 1 ones.
         "logprobs_mode": "processed_logprobs", "worker_extension_cls": WORKER_EXTENSION,
     }
     if max_model_len:
@@ -126,7 +131,9 @@ def row_seeds(seed: int | None, n: int) -> list[int | None]:
 
 def sampling_kwargs(sampling: SamplingConfig, n: int, seed: int | None, eos_id: int | None) -> list[dict[str, Any]]:
     """Arguments of ``vllm.SamplingParams`` for each of ``n`` rows (stop strings are applied afterwards)."""
-    base: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+    # top_k=0, min_p=0 and repetition_penalty=1 are vLLM's own "off" values too.
+    base: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+                            "min_p": sampling.min_p, "repetition_penalty": sampling.repetition_penalty,
                             "max_tokens": sampling.max_new_tokens, "logprobs": 0, "detokenize": False,
                             "stop_token_ids": [] if eos_id is None else [eos_id]}
     return [{**base, "seed": s} for s in row_seeds(seed, n)]
@@ -263,14 +270,15 @@ class VLLMRolloutEngine:
     """A vLLM engine that samples completions; one per rollout rank, on one GPU (or a share of one)."""
 
     def __init__(self, model_path: str, dtype: str = "float32", seed: int = 0, gpu_memory_utilization: float = 0.4,
-                 chat: bool = True, enforce_eager: bool = False, max_model_len: int | None = None) -> None:
+                 chat: bool = True, enforce_eager: bool = False, max_model_len: int | None = None,
+                 chat_template: str | None = None) -> None:
         configure_threads()
         kwargs = engine_kwargs(model_path, dtype, seed, gpu_memory_utilization, enforce_eager, max_model_len)
         vllm = require_vllm()
         # Engine core in this process: the actor's GPU share, tensors passed by reference (see module doc).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.model_path = str(model_path)
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.llm = vllm.LLM(**kwargs)
         self._sampling_params = vllm.SamplingParams
         self.vllm_version = vllm.__version__
@@ -283,7 +291,8 @@ class VLLMRolloutEngine:
     def config_kwargs(cls, cfg: Any) -> dict[str, Any]:
         """The constructor arguments taken from an algorithm's config (all but ``model_path``)."""
         return {"dtype": cfg.model.dtype, "seed": cfg.run.seed,
-                "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization, "max_model_len": cfg.rollout.max_model_len}
+                "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization, "max_model_len": cfg.rollout.max_model_len,
+                "chat_template": chat_template_text(getattr(cfg.model, "chat_template", None))}
 
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
                  seed: int | None = None, option_letters: list[str] | None = None) -> Batch:
@@ -293,7 +302,7 @@ class VLLMRolloutEngine:
         check_option_letters(option_letters, prompts)
         t0 = time.perf_counter()
         tok = self.tokenizer
-        prompt_ids, prompt_mask, unpadded = encode_prompts(tok, chat_format(tok, prompts, self.chat))
+        prompt_ids, prompt_mask, unpadded = encode_prompts(tok, chat_format(tok, prompts, self.chat, rows))
         params = [self._sampling_params(**kw) for kw in sampling_kwargs(sampling, len(prompts), seed, tok.eos_token_id)]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in unpadded], params, use_tqdm=False)
         tokens, logprobs = read_outputs(outputs, tok, sampling.stop)

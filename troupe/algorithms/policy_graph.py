@@ -9,17 +9,24 @@ only rewards and metrics.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from troupe.actors.learner import Learner
+from troupe.actors.models import chat_template_text
 from troupe.actors.reward import RuleReward
 from troupe.actors.scorer import Scorer
-from troupe.actors.transport.base import PendingSync, Transport, choose_transport
+from troupe.actors.transport.base import (
+    PendingSync,
+    Transport,
+    choose_transport,
+    pack_state_dict,
+    unpack_state_dict,
+)
 from troupe.algorithms.rollout import PendingUpdate, Rollout
 from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
 from troupe.platform.config import to_dict
@@ -69,10 +76,11 @@ class PolicyGraph:
     def roles(self) -> list[Role]:
         c = self.cfg
         device = c.model.device
+        template = chat_template_text(getattr(c.model, "chat_template", None))  # read here, in the driver
         rc = c.rollout
         learner_kwargs = {"model_path": self.model_path, "config": to_dict(c.learner), "world_size": c.learner.num_ranks,
-                          "seed": c.run.seed, "temperature": rc.sampling.temperature,
-                          "max_len": rc.sampling.max_new_tokens, "device": device}
+                          "seed": c.run.seed, "sampling": to_dict(rc.sampling), "run_steps": c.run.steps,
+                          "max_len": rc.sampling.max_new_tokens, "device": device, "chat_template": template}
         colocate = f"{self.prefix}policy" if rc.colocate_with_learner else None
         roles = [
             Role(self.names["learner"], Learner, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
@@ -87,7 +95,8 @@ class PolicyGraph:
                           kwargs={"fn": c.reward.fn, "on_error": c.reward.on_error, "kwargs": self.reward_kwargs}))
         if c.learner.kl_coef > 0:
             roles.append(Role("reference", Scorer, num_cpus=c.reference.num_cpus, num_gpus=c.reference.num_gpus,
-                              kwargs={"model_path": self.model_path, "dtype": c.model.dtype, "device": device}))
+                              kwargs={"model_path": self.model_path, "dtype": c.model.dtype, "device": device,
+                                      "chat_template": template}))
         return roles
 
     def _rollout_kwargs(self) -> dict[str, Any]:
@@ -174,7 +183,7 @@ class PolicyGraph:
     def reference_logprobs(self, batch_refs: list[Any]) -> Any:
         """An object ref of the reference log-probs (the driver does not pull them)."""
         ref = self.role("reference")
-        return ref[0].logprobs.remote(batch_refs, self.cfg.rollout.sampling.temperature or 1.0)
+        return ref[0].logprobs.remote(batch_refs, to_dict(self.cfg.rollout.sampling))
 
     def update_and_sync(self, batch_refs: list[Any], extras: dict[str, Any]) -> PendingUpdate:
         """Start the update on every learner rank and the weight sync behind it; returns at once,
@@ -215,20 +224,31 @@ class PolicyGraph:
     def save(self, ckpt_dir: Path) -> None:
         learners = self.role("learner")
         packed, meta = learners.wait([learners[0].get_state.remote()], "get_state")[0]
-        tensors = {k: torch.from_numpy(np.array(a)) for k, (a, _) in packed.items()}
-        dtypes = {k: name for k, (_, name) in packed.items() if name}
-        save_state_dict(ckpt_dir / "learner.safetensors", tensors)
-        atomic_write_json(ckpt_dir / "learner.json", {**meta, "views": dtypes})
+        save_learner_state(ckpt_dir, packed, meta)
 
     def load(self, ckpt_dir: Path) -> None:
-        import json
-
-        meta = json.loads((ckpt_dir / "learner.json").read_text())
-        views = meta.pop("views", {})
-        tensors = load_state_dict(ckpt_dir / "learner.safetensors")
-        packed = {k: (t.numpy(), views.get(k)) for k, t in tensors.items()}
-        self.role("learner").call("set_state", packed, meta)
+        tensors, meta = load_learner_state(ckpt_dir)
+        self.role("learner").call("set_state", pack_state_dict(tensors), meta)
         self.sync_weights()
+
+
+def save_learner_state(ckpt_dir: Path, packed: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Write a learner's `get_state` as ``learner.safetensors`` (``model/`` weights and ``optim/``
+    moments, each in its own dtype: bf16 stays bf16) and ``learner.json`` (the rest)."""
+    # A copy: tied weights share memory, which safetensors refuses to write.
+    tensors = {k: t.clone() for k, t in unpack_state_dict(packed).items()}
+    save_state_dict(ckpt_dir / "learner.safetensors", tensors)
+    atomic_write_json(ckpt_dir / "learner.json", meta)
+
+
+def load_learner_state(ckpt_dir: Path, prefix: str = "") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(tensors, json_state)`` of a checkpoint written by `save_learner_state`, tensors in their
+    own dtype; ``prefix="model/"`` reads the weights only. Checkpoints written before bf16 was
+    stored as bf16 hold int16 bit patterns, named with their dtype in learner.json's ``views``."""
+    meta = json.loads((ckpt_dir / "learner.json").read_text())
+    views = meta.pop("views", {})
+    tensors = load_state_dict(ckpt_dir / "learner.safetensors", prefix)
+    return {k: t.view(getattr(torch, views[k])) if k in views else t for k, t in tensors.items()}, meta
 
 
 def group_rows(rows: list[dict], group_size: int) -> tuple[list[str], list[dict], torch.Tensor]:

@@ -1,5 +1,6 @@
-"""The starting checkpoint: build the embedded tiny model (or load a real one) and fit it by
-supervised fine-tuning on a task's training split, so RL starts from a real SFT model.
+"""The starting checkpoint: build the embedded tiny model and fit it by supervised fine-tuning
+on a task's training split, so RL starts from a real SFT model. A hub or local model starts
+from its own weights unless ``model.sft.enabled=true`` asks for the same SFT first.
 
 ``model.path=tiny-vl`` builds the tiny vision-language model instead; its task rows carry
 ``"frames"`` (``uint8 [F, H, W, 3]``), shown to the model before the prompt.
@@ -26,7 +27,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from troupe.actors.logprobs import positions_from_mask
-from troupe.actors.models import TinyLMSpec, build_tiny_lm, load_causal_lm, save_model, train_tokenizer
+from troupe.actors.models import (
+    TinyLMSpec,
+    build_tiny_lm,
+    chat_template_text,
+    load_causal_lm,
+    save_model,
+    train_tokenizer,
+)
+from troupe.actors.sampling import chat_format
 from troupe.actors.vision import (
     VISION_TOKENS,
     TinyVLSpec,
@@ -49,7 +58,10 @@ class SFTTask(Protocol):
 
 @dataclasses.dataclass
 class SFTConfig:
-    steps: int = 300  # 0 skips SFT (a real instruct model may not need it)
+    # Whether SFT on the task runs before RL. None: for an embedded model only (it starts from
+    # random weights); a hub or local model starts from its own weights unless this is true.
+    enabled: bool | None = None
+    steps: int = 300  # when SFT runs; 0 skips it
     batch_size: int = 64
     lr: float = 3e-3
     seed: int = 0
@@ -76,6 +88,17 @@ class ModelConfig:
     tiny_vl: TinyVLSpec = dataclasses.field(default_factory=TinyVLSpec)
     sft: SFTConfig = dataclasses.field(default_factory=SFTConfig)
     cache_dir: str | None = None
+    # The chat template every engine, learner, scorer and SFT formats prompts with: a Jinja
+    # string or the path of a .jinja file. None: the model's own (the embedded models have one).
+    chat_template: str | None = None
+
+    def validate(self) -> None:
+        chat_template_text(self.chat_template)  # a missing file fails in the driver
+
+    def sft_steps(self) -> int:
+        """How many SFT steps run before RL: `SFTConfig.steps` where SFT is enabled, else 0."""
+        enabled = self.path in EMBEDDED if self.sft.enabled is None else self.sft.enabled
+        return self.sft.steps if enabled else 0
 
 
 EMBEDDED = ("tiny", "tiny-vl")
@@ -86,9 +109,15 @@ def _key_fields(model_cfg: ModelConfig) -> dict[str, Any]:
     ``tiny_vl`` kept every text checkpoint's key)."""
     unused = "tiny" if model_cfg.path == "tiny-vl" else "tiny_vl"
     out = {k: v for k, v in to_dict(model_cfg).items() if k != unused} | {"cache_dir": None}
-    # Threads do not shape the checkpoint; the constant schedule predates the choice: keys unchanged.
-    drop = {"threads"} | ({"schedule"} if out["sft"].get("schedule") == "constant" else set())
-    out["sft"] = {k: v for k, v in out["sft"].items() if k not in drop}
+    # The template's text shapes the checkpoint, not where it was read from; without one the
+    # key is that of a checkpoint fitted before the option existed.
+    template = out.pop("chat_template")
+    if template is not None:
+        out["chat_template"] = chat_template_text(template)
+    # Threads do not shape the checkpoint, nor does `enabled` beside the steps that ran; the
+    # constant schedule predates the choice: keys unchanged.
+    drop = {"threads", "enabled"} | ({"schedule"} if out["sft"].get("schedule") == "constant" else set())
+    out["sft"] = {k: v for k, v in out["sft"].items() if k not in drop} | {"steps": model_cfg.sft_steps()}
     return out
 
 
@@ -100,13 +129,31 @@ def cache_root(model_cfg: ModelConfig) -> Path:
 def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, Any],
                    info: dict[str, Any] | None = None) -> Path | str:
     """Path of the model RL starts from: the cached SFT checkpoint, built on first use.
-    ``info``, when given, receives ``{"sft": "none" | "cached" | "fitted", "model_path": ...}``."""
+    ``info``, when given, receives ``{"sft": "none" | "cached" | "fitted", "sft_steps": ...,
+    "sft_reason": ..., "model_path": ...}``. By default only an embedded model is fitted (see
+    `SFTConfig.enabled`); a hub or local model starts from its own weights."""
     info = {} if info is None else info
-    if model_cfg.path not in EMBEDDED and model_cfg.sft.steps == 0:
+    steps = model_cfg.sft_steps()
+    info["sft_steps"] = steps
+    if model_cfg.path not in EMBEDDED and steps == 0:
         load_causal_lm(model_cfg.path)  # fail now, in the driver, with a clear error
-        info.update(sft="none", model_path=str(model_cfg.path))
-        log.info("policy: %s as it is (model.sft.steps=0)", model_cfg.path)
+        if model_cfg.sft.steps == 0:
+            reason = "model.sft.steps=0"
+        elif model_cfg.sft.enabled is False:
+            reason = "model.sft.enabled=false"
+        else:
+            reason = "not an embedded model; model.sft.enabled=true fits SFT on the task first"
+        info.update(sft="none", sft_reason=reason, model_path=str(model_cfg.path))
+        log.info("policy: %s from its own weights, no SFT (%s)", model_cfg.path, reason)
         return model_cfg.path
+    if steps == 0:  # an embedded model still has to be built
+        info["sft_reason"] = "an embedded model, built without SFT (model.sft.steps=0 or model.sft.enabled=false)"
+    elif model_cfg.sft.enabled:
+        info["sft_reason"] = "model.sft.enabled=true"
+    else:
+        info["sft_reason"] = "an embedded model: SFT on the task by default"
+    model_cfg = dataclasses.replace(model_cfg, sft=dataclasses.replace(model_cfg.sft, steps=steps))
+    log.info("policy: %s with %d SFT steps on the task (%s)", model_cfg.path, steps, info["sft_reason"])
     key_src = {"model": _key_fields(model_cfg), "task": task_key, "v": 1}
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:16]
     final = cache_root(model_cfg) / "sft" / key
@@ -157,6 +204,9 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
         model = build_tiny_vl(model_cfg.tiny_vl, tokenizer, seed=model_cfg.sft.seed)
     else:
         model, tokenizer = load_causal_lm(model_cfg.path, model_cfg.dtype)
+    template = chat_template_text(model_cfg.chat_template)
+    if template is not None:  # saved with the checkpoint, so every actor that loads it has it too
+        tokenizer.chat_template = template
     layout = VideoLayout.of(model.config, model_cfg.path) if is_vision_model(model.config) else None
     rng = np.random.default_rng(model_cfg.sft.seed)
     torch.manual_seed(model_cfg.sft.seed)
@@ -186,7 +236,8 @@ def sft_inputs(model: Any, tokenizer: Any, rows: list[dict], layout: VideoLayout
     video = {}
     if layout is not None and any(r.get("frames") is not None for r in rows):
         texts, video = video_prompts([r["prompt"] for r in rows], [r.get("frames") for r in rows], layout)
-        rows = [{**r, "prompt": t} for r, t in zip(rows, texts, strict=True)]
+        # The placeholders are in the text, which is the prompt (as in the engines), not the turns.
+        rows = [{**r, "prompt": t, "messages": None} for r, t in zip(rows, texts, strict=True)]
     input_ids, attn, labels = sft_tensors(tokenizer, rows)
     extra = video_inputs(model.config, input_ids, **video) if video else {}
     # Without videos, positions skip the left padding; with them the model numbers its 3-D positions.
@@ -203,13 +254,13 @@ def lr_factor(step: int, cfg: SFTConfig) -> float:
 
 
 def sft_tensors(tokenizer: Any, rows: list[dict]) -> tuple[Any, Any, Any]:
-    """Chat-formatted prompt + answer + end-of-turn; labels only on the answer."""
+    """Chat-formatted prompt (as the engines format it: a row's ``"messages"``, else one user
+    turn, see `chat_format`) + answer + end-of-turn; labels only on the answer."""
     import torch
 
     seqs, label_seqs = [], []
-    for row in rows:
-        prompt = tokenizer.apply_chat_template([{"role": "user", "content": row["prompt"]}], tokenize=False,
-                                               add_generation_prompt=True)
+    prompts = chat_format(tokenizer, [row["prompt"] for row in rows], True, rows)
+    for row, prompt in zip(rows, prompts, strict=True):
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         a_ids = tokenizer(str(row["answer"]), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         seqs.append(p_ids + a_ids)

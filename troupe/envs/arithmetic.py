@@ -31,7 +31,8 @@ class ArithmeticTask(Task):
         ops: list[str] = dataclasses.field(default_factory=lambda: ["+"])
         test_fraction: float = 0.2
         eval_seed: int = 12345  # draws the held-out set
-        # JSONL rows {"prompt", "answer"} that replace the synthetic RL prompts / held-out set
+        # Rows {"prompt", "answer"} (a .jsonl, .json, .csv or .parquet file, or a save_to_disk
+        # folder) that replace the synthetic RL prompts / held-out set
         # (SFT still fits the synthetic problems).
         dataset: str | None = None
         eval_dataset: str | None = None

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from troupe.envs.datasets import PromptDataset
+from troupe.envs.datasets import FORMATS, LOCAL_KINDS, PromptDataset, is_local, prompt_rows, read_table
 from troupe.platform.config import to_dict
 from troupe.platform.errors import DataError
 from troupe.platform.registry import TASKS
@@ -60,7 +60,9 @@ class Task:
         self.config = config
 
     def train_rows(self, n: int, rng: np.random.Generator) -> list[dict]:
-        """``n`` training rows, each at least ``{"prompt", "answer"}``; every field reaches the checker."""
+        """``n`` training rows, each at least ``{"prompt", "answer"}``; every field reaches the checker.
+        A row's ``"messages"`` (chat turns ``{"role", "content"}``), when it has them, are what the
+        model is shown through its chat template, with ``"prompt"`` their plain-text fallback."""
         raise NotImplementedError
 
     def eval_rows(self, n: int) -> list[dict]:
@@ -101,20 +103,32 @@ def build_task(config: Task.Config) -> Task:
     return TASKS.resolve(config.name, "task.name")(config)
 
 
-def load_rows(path: str, key: str) -> PromptDataset:
-    """The JSONL file at ``path`` as ``{"prompt", "answer"}`` rows; errors name the config ``key``."""
+def load_rows(path: str, key: str, split: str = "train", subset: str | None = None,
+              fields: dict[str, str] | None = None, system_prompt: str | None = None,
+              split_key: str = "task.split") -> PromptDataset:
+    """The dataset at ``path`` (a local file or folder, or a hub id: see `troupe.envs.datasets`)
+    as ``{"prompt", "answer", "messages", ...}`` rows; errors name the config ``key``."""
     try:
-        return PromptDataset.from_jsonl(path, ("prompt", "answer"))
+        return prompt_rows(read_table(path, split, subset, split_key), path, fields, system_prompt)
     except DataError as e:
         raise DataError(f"{key}={path!r}: {e}") from None
 
 
-def check_dataset_file(path: str | None, key: str) -> None:
-    """A configured dataset file must exist: checked in the driver, naming the config key."""
+def check_dataset_file(path: str | None, key: str, hub: bool = False) -> None:
+    """A configured dataset must exist, in a format the loader reads: checked in the driver,
+    naming the config key. With ``hub``, a name that is no local path is a hub dataset id,
+    checked when it loads."""
     from pathlib import Path
 
     from troupe.platform.errors import ConfigError
 
-    if path is not None and not Path(path).is_file():
-        raise ConfigError(f"{key}: dataset file {str(path)!r} does not exist; give a JSONL file whose rows "
-                          "have 'prompt' and 'answer'")
+    if path is None:
+        return
+    p = Path(path).expanduser()
+    kinds = LOCAL_KINDS + (", or a hub dataset id" if hub else "")
+    if p.is_file() and p.suffix.lower() not in FORMATS:
+        raise ConfigError(f"{key}: dataset file {str(path)!r} has an unknown format "
+                          f"{p.suffix or '(no suffix)'!r}; accepted: {kinds}")
+    if not (p.exists() or (hub and not is_local(path))):
+        raise ConfigError(f"{key}: dataset file {str(path)!r} does not exist; give {kinds}, whose rows have "
+                          "'prompt' and 'answer'")

@@ -75,10 +75,13 @@ def save_state_dict(path: str | Path, tensors: dict[str, Any], metadata: dict[st
     atomic_write_bytes(path, save(flat, metadata=metadata))
 
 
-def load_state_dict(path: str | Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
+def load_state_dict(path: str | Path, prefix: str = "") -> dict[str, Any]:
+    """The torch tensors of a safetensors file, in their stored dtype; with ``prefix``, only the
+    keys that start with it (the rest of the file is never read)."""
+    from safetensors import safe_open
 
-    return load_file(str(path))
+    with safe_open(str(path), framework="pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
 
 
 class CheckpointDir:
