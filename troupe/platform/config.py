@@ -15,8 +15,17 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import yaml
 
 from troupe.platform.errors import ConfigError
+from troupe.platform.registry import TRACKERS
 
 C = TypeVar("C")
+
+
+def registered(default: str | list[str], registry: Any) -> Any:
+    """A config field that names an entry of ``registry`` (or a ``"module:attr"`` path), or a
+    list of them: checked by `check_registered` in the driver, before any actor starts."""
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata={"registry": registry})
+    return dataclasses.field(default=default, metadata={"registry": registry})
 
 
 @dataclasses.dataclass
@@ -40,6 +49,9 @@ class RunConfig:
     # launches all nodes at once; the request is cleared when the run's actors are torn down.
     request_resources: bool = False
     progress: bool = True
+    # Experiment trackers that get every metrics.jsonl row and the config: tensorboard, wandb,
+    # mlflow (extras: pip install 'troupe[wandb]'), or "module:Class" (troupe.platform.trackers).
+    trackers: list[str] = registered(["tensorboard"], TRACKERS)
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "run.steps", self.steps, "an integer >= 0")
@@ -47,12 +59,7 @@ class RunConfig:
         check(self.checkpoint_every >= 0, "run.checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(self.placement_timeout_s > 0, "run.placement_timeout_s", self.placement_timeout_s, "> 0")
         check(self.call_timeout_s > 0, "run.call_timeout_s", self.call_timeout_s, "> 0")
-
-
-def registered(default: str, registry: Any) -> Any:
-    """A config field that names an entry of ``registry`` (or a ``"module:attr"`` path): checked
-    by `check_registered` in the driver, before any actor starts."""
-    return dataclasses.field(default=default, metadata={"registry": registry})
+        check(len(set(self.trackers)) == len(self.trackers), "run.trackers", self.trackers, "each tracker once")
 
 
 def check_registered(cfg: Any, prefix: str = "") -> None:
@@ -66,10 +73,11 @@ def check_registered(cfg: Any, prefix: str = "") -> None:
         key = prefix + f.name
         registry = f.metadata.get("registry")
         if registry is not None and value is not None:
-            try:
-                registry.resolve(value, key)
-            except RegistryError as e:
-                raise ConfigError(str(e)) from None
+            for name in value if isinstance(value, list | tuple) else [value]:
+                try:
+                    registry.resolve(name, key)
+                except RegistryError as e:
+                    raise ConfigError(str(e)) from None
         elif dataclasses.is_dataclass(value):
             check_registered(value, key + ".")
     validate = getattr(cfg, "validate", None)

@@ -28,6 +28,7 @@ from troupe.platform.placement import ActorGraph
 from troupe.platform.registry import ALGORITHMS
 from troupe.platform.report import write_report
 from troupe.platform.run import RunContext
+from troupe.platform.trackers import build_trackers
 
 log = logging.getLogger("troupe")
 
@@ -65,6 +66,7 @@ class Run:
         # Unknown names (a loss, a task, a backend) fail here, before any actor starts.
         cfglib.check_registered(self.config)
         rc = self.config.run
+        self.trackers = build_trackers(rc.trackers)  # a missing wandb or mlflow fails here too
         self.ctx = RunContext(run_dir=self.run_dir, seed=rc.seed, call_timeout_s=rc.call_timeout_s)
         self.step_index = 0
         self.algo: Algorithm | None = None
@@ -101,8 +103,9 @@ class Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfglib.save_yaml(cfglib.to_dict(self.config), self.run_dir / "config.yaml")
         _seed_everything(rc.seed)
-        self.metrics = MetricsLog(self.run_dir)
         try:
+            self.metrics = MetricsLog(self.run_dir, self.trackers, cfglib.to_dict(self.config),
+                                      resume=self.resume_dir is not None)
             # Bad data paths, models or names fail here, before any cluster starts.
             self.algo = self.cls(self.config, self.ctx)
             self._prepare()

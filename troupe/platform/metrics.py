@@ -1,23 +1,42 @@
-"""Metrics: one JSON line per step in ``metrics.jsonl``, mirrored to TensorBoard."""
+"""Metrics: one JSON line per step in ``metrics.jsonl``, mirrored to each experiment tracker."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from troupe.platform.trackers import Tracker
+
+log = logging.getLogger("troupe")
 
 
 class MetricsLog:
-    """Appends ``{"step": N, ...}`` rows; on resume, drops rows past the resumed step."""
+    """Appends ``{"step": N, ...}`` rows; on resume, drops rows past the resumed step.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    Every row also goes to each of ``trackers`` (None: TensorBoard alone), started here with
+    ``config`` (the resolved config) and ``resume``; `close` closes them."""
+
+    def __init__(self, run_dir: Path, trackers: Sequence[Tracker] | None = None,
+                 config: dict[str, Any] | None = None, resume: bool = False) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
-        self.tb_dir = Path(run_dir) / "tensorboard"
-        self._tb = None
-        self._tb_enabled = tensorboard
+        if trackers is None:
+            from troupe.platform.trackers.tensorboard import TensorBoardTracker
+
+            trackers = [TensorBoardTracker()]
+        self.trackers: list[Tracker] = []
+        try:
+            for tracker in trackers:
+                tracker.start(Path(run_dir), dict(config or {}), resume)
+                self.trackers.append(tracker)
+        except BaseException:
+            self.close()
+            raise
 
     def truncate_after(self, step: int) -> None:
         """Keep what a run had logged when it had done ``step`` steps: training rows of earlier
@@ -37,32 +56,21 @@ class MetricsLog:
             f.write(json.dumps(row, sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        tb = self._writer()
-        if tb is not None:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, int | float) and math.isfinite(v):
-                    tb.add_scalar(k, v, step)
-            tb.flush()
+        values = {k: v for k, v in row.items() if k != "step"}
+        for tracker in self.trackers:
+            tracker.log(step, dict(values))
 
     def read(self) -> list[dict[str, Any]]:
         return read_metrics(self.path)
 
-    def _writer(self) -> Any:
-        if not self._tb_enabled:
-            return None
-        if self._tb is None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # tensorboard is a dependency; a trimmed install still logs JSON
-                self._tb_enabled = False
-                return None
-            self._tb = SummaryWriter(str(self.tb_dir))
-        return self._tb
-
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        """Close every tracker (one that fails is logged, the others still close)."""
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            try:
+                tracker.close()
+            except Exception as e:  # teardown goes on; say which tracker failed
+                log.warning("closing tracker %s failed: %s", type(tracker).__name__, e)
 
 
 def mean_se(values: Iterable[float]) -> tuple[float, float, int]:

@@ -1,4 +1,4 @@
-"""Registries: algorithms, losses, advantages, rewards, tasks, rollout backends, transports.
+"""Registries: algorithms, losses, advantages, rewards, tasks, rollout backends, transports, trackers.
 
 Every registry is filled from a group of package entry points, the Python convention for
 plugins: troupe's own components are declared in its ``pyproject.toml``, and a package a user
@@ -130,3 +130,4 @@ TASKS: Registry[Any] = Registry("task", "troupe.tasks", "TASKS")
 ENVIRONMENTS: Registry[Any] = Registry("environment", "troupe.envs", "ENVIRONMENTS")
 ROLLOUT_BACKENDS: Registry[Any] = Registry("rollout backend", "troupe.rollout_backends", "ROLLOUT_BACKENDS")
 TRANSPORTS: Registry[Any] = Registry("weight transport", "troupe.transports", "TRANSPORTS")
+TRACKERS: Registry[Any] = Registry("tracker", "troupe.trackers", "TRACKERS")
