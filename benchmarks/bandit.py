@@ -71,11 +71,19 @@ def main(argv: list[str] | None = None) -> int:
         "reference_regret_T2^22": REFERENCE,
         "summary": summary,
     }
+    out["claims"] = claims(out)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, out)
     _print_table(summary, wall)
     print(f"wrote {args.out}")
     return 0
+
+
+def claims(result: dict) -> list[dict]:
+    """The top-level claims list: each §E claim the sweep's summary judges, as
+    ``{claim, measured, holds}`` (``holds`` is the summary's ``reproduced``)."""
+    return [{"claim": c["claim"], "measured": c["measured"], "holds": bool(c["reproduced"])}
+            for c in (result.get("summary") or {}).get("claims", [])]
 
 
 def _run_on_ray(cells, cfg, workers, run_pairs):

@@ -517,10 +517,35 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
             print(json.dumps(rows[-1], indent=1), flush=True)
     table = markdown_table([r for r in rows if r["scenario"] != "reference"])
     print("\n" + table)
-    common.write_result("faults", {"steps": STEPS, "checkpoint_every": CHECKPOINT_EVERY,
-                                   "call_timeout_s": args.call_timeout_s, "overrides": OVERRIDES,
-                                   "rows": rows, "table": table})
+    payload = {"steps": STEPS, "checkpoint_every": CHECKPOINT_EVERY, "call_timeout_s": args.call_timeout_s,
+               "overrides": OVERRIDES, "rows": rows, "table": table}
+    common.write_result("faults", {**payload, "claims": claims(payload)})
     return rows
+
+
+# A scenario's checks that must all be true where it reports them.
+ROW_CHECKS = ("matches_uninterrupted_run", "matches_rows_before_kill", "checkpoint_intact")
+
+
+def claims(result: dict) -> list[dict]:
+    """The top-level claims list: one per injected fault (every row but the reference run),
+    holding when the run survived it (continued, or stopped with a named error and
+    ``--resume`` finished it) with metrics identical to an uninterrupted run."""
+    out = []
+    for r in result.get("rows", []):
+        if r.get("scenario") == "reference":
+            continue
+        survived = r.get("survived", "no")
+        failed = [k for k in ROW_CHECKS if k in r and r[k] is not True]
+        if "matches_uninterrupted_run" not in r:
+            failed.append("metrics not compared")
+        how = f"{survived} after {r['error'].split(':')[0]}" if r.get("error") else survived
+        measured = f"{how}; " + ("metrics identical" if not failed else "failed: " + ", ".join(failed))
+        ok = survived in ("continued", "resumed") and not failed
+        out.append({"claim": f"{r['scenario']}: {r.get('fault', r['scenario'])} is survived, or stops with a named "
+                             "error and --resume finishes, with metrics identical to an uninterrupted run",
+                    "measured": measured, "holds": bool(ok)})
+    return out
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:

@@ -1,0 +1,147 @@
+"""Every committed benchmark result carries a top-level ``claims`` list, and each algorithm
+benchmark's ``claims()`` turns its result's verdicts into that list."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+RESULTS = BENCHMARKS / "results"
+RESULT_FILES = sorted(RESULTS.rglob("*.json"))
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """A benchmark script as a module (benchmarks/ is not a package; its scripts import
+    ``common`` from their own folder, so that folder goes on the path as when run)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_there_are_results():
+    assert len(RESULT_FILES) >= 10
+
+
+@pytest.mark.parametrize("path", RESULT_FILES, ids=lambda p: str(p.relative_to(RESULTS)))
+def test_result_has_top_level_claims(path: Path):
+    result = json.loads(path.read_text())
+    assert isinstance(result, dict)
+    claims = result.get("claims")
+    assert isinstance(claims, list) and claims, "no top-level claims list"
+    for c in claims:
+        assert set(c) == {"claim", "measured", "holds"}, c
+        assert isinstance(c["claim"], str) and c["claim"]
+        m = c["measured"]
+        assert isinstance(m, (int, float, str)) and not isinstance(m, bool), c
+        assert not (isinstance(m, float) and math.isnan(m)), c
+        assert isinstance(c["holds"], bool), c
+
+
+def test_bandit_claims():
+    result = {"summary": {"claims": [
+        {"claim": "bitpe within 3x of unquantised at B=16", "measured": 2.3, "reproduced": True},
+        {"claim": "bitpe_safe beats bitpe at B=1024", "measured": 0.2, "reproduced": False},
+    ]}}
+    assert load_benchmark("bandit").claims(result) == [
+        {"claim": "bitpe within 3x of unquantised at B=16", "measured": 2.3, "holds": True},
+        {"claim": "bitpe_safe beats bitpe at B=1024", "measured": 0.2, "holds": False},
+    ]
+
+
+def _ci(value: float, lo: float, hi: float) -> dict[str, float]:
+    return {"value": value, "lo": lo, "hi": hi}
+
+
+def _arm(hard: tuple, f1: tuple, macro: tuple) -> dict:
+    return {"pooled": {"temporal_hard_acc": _ci(*hard), "abstain_f1": _ci(*f1), "macro_acc": _ci(*macro)}}
+
+
+def test_bpo_claims():
+    arms = {"grpo": _arm((0.2, 0.1, 0.3), (0.0, 0.0, 0.0), (0.7, 0.6, 0.8)),
+            "bpo": _arm((0.5, 0.4, 0.6), (0.5, 0.25, 0.75), (0.5, 0.4, 0.5)),
+            "grpo_2x": _arm((0.3, 0.2, 0.35), (0.4, 0.3, 0.5), (0.7, 0.6, 0.8))}
+    verdict = {"temporal_hard_separated": True, "abstain_f1_separated": True, "macro_not_lower": False,
+               "grpo_2x_closes_gap": {"temporal_hard_acc": False, "abstain_f1": True}, "claim_holds": False}
+    result = {"runs": {"main": {"seeds": 1}}, "main": {"arms": arms, "verdict": verdict},
+              "linear": {"config": {}, "cue_sweep": {"0.6": {"arms": arms, "verdict": {
+                  "temporal_hard_separated": True, "abstain_f1_separated": True, "macro_not_lower": True,
+                  "claim_holds": True}}}}}
+    claims = load_benchmark("bpo").claims(result)
+    got = [(c["claim"].split(":")[0], c["measured"], c["holds"]) for c in claims]
+    assert got == [
+        ("main", pytest.approx(0.4 - 0.3), True),
+        ("main", pytest.approx(0.25 - 0.0), True),
+        ("main", pytest.approx(0.5 - 0.6), False),
+        ("main", pytest.approx(0.4 - 0.35), True),
+        ("main", pytest.approx(0.25 - 0.5), False),
+        ("main", "2 of 3 hold", False),
+        ("linear/cue_sweep/0.6", pytest.approx(0.1), True),
+        ("linear/cue_sweep/0.6", pytest.approx(0.25), True),
+        ("linear/cue_sweep/0.6", pytest.approx(-0.1), True),
+        ("linear/cue_sweep/0.6", "3 of 3 hold", True),
+    ]
+    assert "temporal-hard" in claims[0]["claim"] and "temporal_hard_acc" in claims[3]["claim"]
+
+
+def test_faults_claims():
+    result = {"rows": [
+        {"scenario": "reference", "survived": "continued", "error": None},
+        {"scenario": "killed", "fault": "an engine killed", "survived": "continued", "error": None,
+         "matches_uninterrupted_run": True},
+        {"scenario": "hang", "fault": "a hang", "survived": "resumed", "error": "RemoteCallError: x (y)",
+         "matches_uninterrupted_run": True},
+        {"scenario": "driver", "fault": "driver killed", "survived": "resumed", "error": None,
+         "matches_uninterrupted_run": True, "checkpoint_intact": False},
+        {"scenario": "broken", "survived": "no", "lost": "the scenario failed", "error": "boom"},
+    ]}
+    claims = load_benchmark("faults").claims(result)
+    assert [c["claim"].split(":")[0] for c in claims] == ["killed", "hang", "driver", "broken"]
+    assert [(c["measured"], c["holds"]) for c in claims] == [
+        ("continued; metrics identical", True),
+        ("resumed after RemoteCallError; metrics identical", True),
+        ("resumed; failed: checkpoint_intact", False),
+        ("no after boom; failed: metrics not compared", False),
+    ]
+
+
+def test_ivdesign_claims():
+    def pop(rmse: bool, auc: bool, m_rmse: float, m_auc: float) -> dict:
+        return {"ivig_lowest_rmse_final": rmse, "ivig_lowest_auc": auc, "ivig_lowest_rmse_small_n": False,
+                "margin_rmse_final_vs_best_baseline": m_rmse, "margin_auc_vs_best_baseline": m_auc}
+
+    result = {"comparison": {"queries": 40, "claims": {"1d_strong": pop(True, True, 0.1, 0.2),
+                                                       "1d_weak": pop(False, True, -0.05, 0.01)}}}
+    claims = load_benchmark("ivdesign").claims(result)
+    assert [(c["measured"], c["holds"]) for c in claims] == [
+        (0.1, True), (0.2, True), (-0.05, False), (0.01, True), (pytest.approx(0.15), True)]
+    assert claims[0]["claim"] == "1d_strong: IVIG has the lowest target-CATE RMSE@40 of all methods"
+
+
+def test_opd_claims():
+    hs = [2, 8, 12, 24]
+
+    def cells(t1: dict, greedy: dict) -> dict:
+        return {str(h): {"j_t1": {"mean": t1[h]}, "j_greedy": {"mean": greedy[h]}} for h in hs}
+
+    closed = {h: 0.8 ** h for h in hs}
+    result = {"config": {"sweep_episodes": [50, 200, 1000]}, "tabular_config": {"eps": 0.3, "vocab": 3},
+              "summary": {"bc": cells({h: v + 0.01 for h, v in closed.items()}, {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.3}),
+                          "opd_kl": cells({h: v + 0.05 * (h == 8) for h, v in closed.items()},
+                                          {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.4}),
+                          "ne_opd": cells(dict.fromkeys(hs, 1.0), {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.9})},
+              "episodes_for_greedy_j_0.9": {"bc": {"2": 50, "8": 50, "12": 200, "24": None}}}
+    claims = load_benchmark("opd").claims(result)
+    assert [(c["measured"], c["holds"]) for c in claims] == [
+        (pytest.approx(0.01), True), (pytest.approx(0.05), False), (1.0, True), (1.0, True), (0.3, True),
+        (0.4, False), (0.9, False), ("H=2: 50, H=8: 50, H=12: 200, H=24: >1000", True)]
+    assert claims[0]["claim"].startswith("BC J at T=1") and claims[-1]["claim"].startswith("the N BC needs")
