@@ -60,11 +60,15 @@ class Run:
         if self.resume_dir is not None:
             self.config = self._config_from_run_dir(self.resume_dir, overrides)
             self.run_dir = self.resume_dir
-        else:
-            self.config = config if config is not None else resolve_config(algorithm, preset, overrides)
+        elif config is not None:
+            self.config = config
             self.run_dir = Path(out) if out else self._new_run_dir()
-        # Unknown names (a loss, a task, a backend) fail here, before any actor starts.
-        cfglib.check_registered(self.config)
+        else:
+            self.config = resolve_config(algorithm, preset, overrides)  # checks the registered names itself
+            self.run_dir = Path(out) if out else self._new_run_dir()
+        if self.resume_dir is not None or config is not None:
+            # Unknown names (a loss, a task, a backend) fail here, before any actor starts.
+            cfglib.check_registered(self.config)
         rc = self.config.run
         self.trackers = build_trackers(rc.trackers)  # a missing wandb or mlflow fails here too
         self.ctx = RunContext(run_dir=self.run_dir, seed=rc.seed, call_timeout_s=rc.call_timeout_s)
