@@ -95,13 +95,120 @@ def test_engine_without_a_cuda_device_says_so_before_loading_anything(monkeypatc
         VLLMRolloutEngine("unused-model-path")
 
 
-def test_engine_refuses_a_vllm_older_than_the_one_whose_logprobs_it_documents(monkeypatch):
-    monkeypatch.setitem(sys.modules, "vllm", fake_vllm("0.10.1"))
+def test_engine_refuses_a_vllm_outside_the_range_it_was_read_against(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with pytest.raises(ConfigError, match=r"vLLM >= 0\.10\.2, found 0\.10\.1"):
-        VLLMRolloutEngine("unused-model-path")
-    monkeypatch.setitem(sys.modules, "vllm", fake_vllm("0.10.2.dev5+gabc"))  # a build of 0.10.2 is new enough
-    assert rollout_vllm.require_vllm().__version__.startswith("0.10.2")
+    for version in ("0.10.1", "0.13.0", "0.33.0"):
+        monkeypatch.setitem(sys.modules, "vllm", fake_vllm(version))
+        with pytest.raises(ConfigError, match=rf"vLLM >=0\.10\.2,<0\.13 .*found {version}") as e:
+            VLLMRolloutEngine("unused-model-path")
+        assert "rollout.backend=vllm" in str(e.value) and 'pip install -e ".[gpu]"' in str(e.value)
+    for version in ("0.10.2.dev5+gabc", "0.11.0", "0.12.9"):  # a build of 0.10.2 is new enough
+        monkeypatch.setitem(sys.modules, "vllm", fake_vllm(version))
+        assert rollout_vllm.require_vllm().__version__ == version
+
+
+def test_the_gpu_extra_pins_the_range_the_engine_accepts():
+    from pathlib import Path
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    (req,) = [Requirement(r) for r in pyproject["project"]["optional-dependencies"]["gpu"] if r.startswith("vllm")]
+    assert str(req.specifier) == str(Requirement("vllm" + rollout_vllm.VLLM_RANGE).specifier)
+    lo = ".".join(map(str, rollout_vllm.MIN_VLLM))
+    hi = ".".join(map(str, rollout_vllm.MAX_VLLM))
+    assert req.specifier.contains(lo) and not req.specifier.contains(hi)
+    # The same answer as the engine's own guard at the edges, and for the release the issue saw pip pick.
+    for version in (lo, "0.10.1", "0.12.1", hi, "0.33.0"):
+        try:
+            rollout_vllm.check_vllm_version(version)
+            accepted = True
+        except ConfigError:
+            accepted = False
+        assert accepted == req.specifier.contains(version), version
+
+
+class FakeLLM:
+    """Stands in for ``vllm.LLM``: records its arguments and the environment it was built in."""
+
+    built: list[dict] = []
+
+    def __init__(self, **kwargs) -> None:
+        FakeLLM.built.append({"kwargs": kwargs, "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")})
+
+
+def test_engine_runs_its_core_in_process_even_when_the_environment_says_otherwise(monkeypatch, tiny_model_dir):
+    mod = fake_vllm("0.11.0")
+    mod.LLM, mod.SamplingParams = FakeLLM, dict
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # inherited from the node's environment
+    FakeLLM.built.clear()
+    engine = VLLMRolloutEngine(tiny_model_dir, enforce_eager=True)
+    (built,) = FakeLLM.built
+    assert built["multiprocessing"] == "0"
+    assert built["kwargs"]["dtype"] == "bfloat16" and built["kwargs"]["enforce_eager"] is True
+    assert engine.info()["multiprocessing"] == "0"
+
+
+def test_engine_refuses_rows_with_video_frames_instead_of_dropping_them():
+    import numpy as np
+
+    rollout_vllm.refuse_frames([{"i": 0}, {"frames": None}])
+    rollout_vllm.refuse_frames(None)
+    with pytest.raises(ConfigError, match="video frames.*rollout.backend=hf"):
+        rollout_vllm.refuse_frames([{"i": 0}, {"frames": np.zeros((2, 4, 4, 3), dtype=np.uint8)}])
+    with pytest.raises(ConfigError, match="video frames"):
+        VLLMRolloutEngine.generate(None, ["a"], SAMPLING, rows=[{"frames": np.zeros((1, 2, 2, 3), np.uint8)}])
+
+
+class WorkerWrapper:
+    """What `LLM.collective_rpc` reaches on the worker side, as vLLM builds it: a wrapper that
+    holds the worker (its class mixed with the ``worker_extension_cls``) and runs a method named
+    by string on the worker, but calls a callable with the wrapper itself."""
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+
+    def execute_method(self, method, *args):
+        if isinstance(method, str):
+            return getattr(self.worker, method)(*args)
+        return method(self, *args)
+
+
+class FakeModel:
+    def __init__(self) -> None:
+        self.loaded: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, weights) -> None:
+        self.loaded.update({n: t.clone() for n, t in weights})
+
+
+def extension_worker() -> WorkerWrapper:
+    worker_cls = type("Worker", (rollout_vllm.TroupeWorkerExtension,), {})
+    worker = worker_cls()
+    worker.model_runner, worker.device = SimpleNamespace(model=FakeModel()), torch.device("cpu")
+    return WorkerWrapper(worker)
+
+
+def test_a_weight_group_set_by_name_is_the_one_troupe_receive_nccl_reads():
+    state = {"a": torch.randn(3, 4), "b": torch.arange(5)}
+    update = nccl.publish(state, version=1, bucket_bytes=32)
+    sender = RecordingGroup()
+    nccl.send(sender, state, update.ref)
+
+    # A callable sets its attribute on the wrapper, where the extension never looks.
+    wrapper = extension_worker()
+    wrapper.execute_method(lambda w, g: setattr(w, "troupe_weight_group", g), ReplayGroup(sender.sent))
+    with pytest.raises(AttributeError, match="troupe_weight_group"):
+        wrapper.execute_method("troupe_receive_nccl", update.ref)
+
+    wrapper = extension_worker()
+    assert wrapper.execute_method("troupe_set_weight_group", ReplayGroup(sender.sent)) is True
+    assert wrapper.execute_method("troupe_receive_nccl", update.ref) == len(state)
+    loaded = wrapper.worker.model_runner.model.loaded
+    assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], v) for k, v in state.items())
 
 
 # -- CPU: engine and sampling arguments ---------------------------------------------------------
@@ -113,6 +220,7 @@ def test_engine_kwargs_give_vllm_token_ids_processed_logprobs_and_the_worker_ext
     ext = getattr(sys.modules[module], name)
     assert ext is rollout_vllm.TroupeWorkerExtension
     assert all(m.startswith("troupe_") for m in vars(ext) if callable(vars(ext)[m]))  # never shadow the worker's
+    assert kw["enforce_eager"] is False and engine_kwargs("/m", "bfloat16", 0, 0.3, enforce_eager=True)["enforce_eager"]
     with pytest.raises(ConfigError, match="model.dtype"):
         engine_kwargs("/m", "fp8", 0, 0.3)
     with pytest.raises(ConfigError, match="gpu_memory_utilization"):
@@ -262,7 +370,7 @@ def vllm_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(vllm_model_dir):
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # test-only callables through collective_rpc
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # test-only stand-in groups through collective_rpc
     eng = VLLMRolloutEngine(vllm_model_dir, dtype=DTYPE, seed=0, gpu_memory_utilization=0.25, enforce_eager=True)
     yield eng
     del eng
@@ -405,8 +513,7 @@ def test_nccl_buckets_load_into_the_engine_the_same_weights_as_the_object_store(
         assert len(update.ref.buckets) > 1
         sender = RecordingGroup()
         assert nccl.send(sender, state, update.ref) >= update.nbytes
-        engine.llm.collective_rpc(lambda worker, g: setattr(worker, "troupe_weight_group", g),
-                                  args=(ReplayGroup(sender.sent),))
+        engine.llm.collective_rpc("troupe_set_weight_group", args=(ReplayGroup(sender.sent),))
         engine.load_weights(update)
         by_nccl = engine_weights(engine)
         engine.load_weights(object_store.publish(state, engine.version + 1))

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import inspect
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from troupe.actors.rollout_vllm import VLLMRolloutEngine
 from troupe.actors.transport import nccl
-from troupe.platform.errors import ConfigError
+from troupe.actors.transport.base import WeightUpdate
+from troupe.actors.transport.nccl import NcclTransport
+from troupe.platform.errors import ConfigError, RemoteCallError
 
 
 def mixed_state() -> dict[str, torch.Tensor]:
@@ -54,7 +57,8 @@ def test_plan_puts_the_learner_at_rank_0_and_each_engine_after_the_previous_one(
     plan = nccl.plan_group("10.0.0.1", 29500, [1, 2, 1])
     assert plan.world_size == 5 and plan.rank_offsets == (1, 2, 4)
     assert plan.trainer_args() == {"address": "10.0.0.1", "port": 29500, "rank": 0, "world_size": 5}
-    assert plan.engine_args(1) == {"address": "10.0.0.1", "port": 29500, "rank_offset": 2, "world_size": 5}
+    assert plan.engine_args(1) == {"address": "10.0.0.1", "port": 29500, "rank_offset": 2, "world_size": 5,
+                                   "generation": 0}
     ranks = [plan.rank_offsets[i] + r for i, n in enumerate([1, 2, 1]) for r in range(n)]
     assert sorted([0, *ranks]) == list(range(plan.world_size))  # every rank taken exactly once
 
@@ -161,3 +165,186 @@ def test_receive_loads_exactly_what_send_broadcast_bucket_by_bucket():
     assert [name for names in loads for name in names] == list(state)
     for k, t in state.items():
         assert got[k].dtype == t.dtype and torch.equal(got[k], t), k
+
+
+# -- restarts: the group is rebuilt for every member, or the sync goes through the object store ---------
+class Ref:
+    """A finished call, as the fake actors return it (the value, or the error it raised)."""
+
+    def __init__(self, fn, args, kwargs) -> None:
+        args = [a.value() if isinstance(a, Ref) else a for a in args]  # Ray resolves ref arguments
+        try:
+            self._value, self._error = fn(*args, **kwargs), None
+        except Exception as e:  # re-raised by `value`, as ray.get would
+            self._value, self._error = None, e
+
+    def value(self):
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Handle:
+    """An actor handle over a plain object: ``handle.method.remote(...)`` runs it now."""
+
+    def __init__(self, obj) -> None:
+        self.obj = obj
+
+    def __getattr__(self, name):
+        return SimpleNamespace(remote=lambda *a, **kw: Ref(getattr(self.obj, name), a, kw))
+
+
+class Group:
+    """What a transport uses of an `ActorGroup`: handles, ``call`` and a ``wait`` that names the failure."""
+
+    def __init__(self, *objs) -> None:
+        self.handles = [Handle(o) for o in objs]
+
+    def __getitem__(self, i: int) -> Handle:
+        return self.handles[i]
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def wait(self, refs, method, timeout_s=None):
+        try:
+            return [r.value() for r in refs]
+        except Exception as e:
+            raise RemoteCallError(f"rollout.{method} failed: {e!r}") from e
+
+    def call(self, method, *args, **kwargs):
+        return self.wait([getattr(h, method).remote(*args, **kwargs) for h in self.handles], method)
+
+
+class FakeLearner:
+    def __init__(self) -> None:
+        self.version, self.next_port = 0, 30000
+        self.joined: list[dict] = []
+        self.broadcasts = 0
+
+    def master_address(self):
+        self.next_port += 1  # a free port: never the one the live group's store holds
+        return "10.0.0.1", self.next_port
+
+    def init_weight_group(self, **kw) -> bool:
+        self.joined.append(kw)
+        return True
+
+    def publish_weights(self, transport: str = "object_store") -> WeightUpdate:
+        self.version += 1
+        return WeightUpdate(self.version, f"weights-{self.version}", 8, kind=transport)
+
+    def current_weights(self) -> WeightUpdate:
+        return WeightUpdate(self.version, f"weights-{self.version}", 8, kind="object_store")
+
+    def broadcast_weights(self, update: WeightUpdate) -> int:
+        self.broadcasts += 1
+        return update.version
+
+
+class FakeEngine:
+    def __init__(self, uuid: str) -> None:
+        self.uuid, self.generation, self.refuse_join = uuid, None, False
+        self.loaded: list[tuple[str, int]] = []
+
+    def weight_group_size(self) -> int:
+        return 1
+
+    def weight_group_devices(self) -> list[str]:
+        return [self.uuid]
+
+    def init_weight_group(self, address, port, rank_offset, world_size, generation) -> bool:
+        if self.refuse_join:
+            raise RuntimeError("rendezvous timed out")
+        self.generation, self.port = generation, port
+        return True
+
+    def load_weights(self, update: WeightUpdate) -> int:
+        self.loaded.append((update.kind, update.version))
+        return update.version
+
+    def restart(self) -> None:  # what Ray's restart leaves: a fresh instance, in no group
+        self.generation, self.loaded = None, []
+
+
+def fake_transport(n: int = 2) -> tuple[NcclTransport, FakeLearner, list[FakeEngine]]:
+    learner, engines = FakeLearner(), [FakeEngine(f"GPU-{i}") for i in range(n)]
+    transport = NcclTransport(Group(learner), Group(*engines))
+    transport.setup()
+    return transport, learner, engines
+
+
+def sync(transport: NcclTransport) -> None:
+    transport.end(transport.begin())
+
+
+def test_a_restart_rebuilds_the_group_for_every_member_on_a_new_port():
+    transport, learner, engines = fake_transport()
+    first_port = learner.joined[-1]["port"]
+    sync(transport)
+    assert learner.broadcasts == 1 and [e.loaded[-1][0] for e in engines] == ["nccl", "nccl"]
+    engines[1].restart()
+    transport.recover(1)
+    assert {e.generation for e in engines} == {2} and transport.generation == 2
+    assert learner.joined[-1]["port"] != first_port and {e.port for e in engines} == {learner.joined[-1]["port"]}
+    assert engines[1].loaded == [("object_store", 1)]  # the weights it missed, through the object store
+    sync(transport)
+    assert learner.broadcasts == 2 and [e.loaded[-1] for e in engines] == [("nccl", 2), ("nccl", 2)]
+    assert transport.sync_metrics() == {"sync/object_store_fallbacks": 0.0, "sync/group_rebuilds": 1.0}
+
+
+def test_while_the_group_cannot_be_rebuilt_syncs_go_through_the_object_store_and_are_counted():
+    transport, learner, engines = fake_transport()
+    engines[1].restart()
+    engines[1].refuse_join = True
+    transport.recover(1)  # the rebuild fails: no broadcast may wait for engine 1
+    assert not transport.intact
+    sync(transport)
+    sync(transport)
+    assert learner.broadcasts == 0
+    assert [k for k, _ in engines[0].loaded[-2:]] == ["object_store"] * 2
+    assert engines[1].loaded[-1] == ("object_store", 2)
+    assert transport.sync_metrics() == {"sync/object_store_fallbacks": 2.0, "sync/group_rebuilds": 0.0}
+    engines[1].refuse_join = False
+    sync(transport)  # one more through the object store, after which the rebuild succeeds
+    assert transport.intact and {e.generation for e in engines} == {transport.generation}
+    sync(transport)
+    assert learner.broadcasts == 1 and engines[1].loaded[-1] == ("nccl", 4)
+    assert transport.sync_metrics() == {"sync/object_store_fallbacks": 1.0, "sync/group_rebuilds": 1.0}
+
+
+def test_a_member_failing_mid_sync_stops_broadcasts_to_that_group():
+    transport, learner, engines = fake_transport()
+    engines[0].load_weights = lambda update: (_ for _ in ()).throw(RuntimeError("engine died"))
+    with pytest.raises(RemoteCallError, match="engine died"):
+        sync(transport)
+    assert not transport.intact
+    del engines[0].load_weights
+    sync(transport)
+    assert engines[0].loaded[-1][0] == "object_store"
+
+
+def test_a_policy_counts_a_fallback_sync_as_a_fault_and_reports_it():
+    from troupe.algorithms.grpo.config import GRPOConfig
+    from troupe.algorithms.policy_graph import PolicyGraph
+    from troupe.platform.config import resolve
+
+    cfg = resolve(GRPOConfig, None, None, ["rollout.backend=vllm", "rollout.weight_transport=nccl",
+                                          "rollout.num_gpus=1", "learner.num_gpus=1",
+                                          "learner.recompute_old_logprobs=true"])
+    policy = PolicyGraph(cfg, model_path="unused")
+    learner, engine = FakeLearner(), FakeEngine("GPU-0")
+    policy._transport = NcclTransport(Group(learner), Group(engine))  # never set up: no intact group
+    metrics = policy.sync_end(policy.sync_begin())
+    assert metrics["sync/object_store_fallbacks"] == 1.0 and policy.pop_faults() == 1
+    assert engine.loaded == [("object_store", 1)]
+
+
+def test_engines_on_one_gpu_are_refused_before_any_communicator_exists():
+    nccl.check_distinct_devices({"rollout engine 0": ["GPU-a"], "rollout engine 1": ["GPU-b", "GPU-c"]})
+    with pytest.raises(ConfigError, match="rollout engine 0 and rollout engine 1 are on the same GPU.*rollout.num_gpus"):
+        nccl.check_distinct_devices({"rollout engine 0": ["GPU-a"], "rollout engine 1": ["GPU-a"]})
+    learner, engines = FakeLearner(), [FakeEngine("GPU-0"), FakeEngine("GPU-0")]
+    with pytest.raises(ConfigError, match="same GPU"):
+        NcclTransport(Group(learner), Group(*engines)).setup()
+    assert learner.joined == [] and all(e.generation is None for e in engines)

@@ -26,6 +26,10 @@ def grpo(*overrides: str) -> GRPOConfig:
     return resolve(GRPOConfig, None, None, list(overrides))
 
 
+# What a vLLM policy needs to pass its own checks (tests/actors/test_gpu_config_checks.py).
+VLLM = ("rollout.backend=vllm", "rollout.num_gpus=1", "learner.num_gpus=1", "learner.recompute_old_logprobs=true")
+
+
 def test_registry_holds_the_three_transports_under_the_names_their_updates_carry():
     expected = {"object_store": ObjectStoreTransport, "nccl": NcclTransport, "lora": LoraTransport}
     assert set(expected) <= set(TRANSPORTS.names())
@@ -55,10 +59,10 @@ def test_unknown_rollout_backend_is_a_config_error_naming_the_key_and_the_regist
 
 def test_nccl_needs_vllm_engines_on_gpus_of_their_own():
     for bad in (["rollout.weight_transport=nccl"],  # the hf engine receives no broadcast
-                ["rollout.weight_transport=nccl", "rollout.backend=vllm", "rollout.colocate_with_learner=true"]):
+                ["rollout.weight_transport=nccl", *VLLM, "rollout.colocate_with_learner=true"]):
         with pytest.raises(ConfigError, match=r"rollout\.weight_transport.*'nccl'.*two ranks on one GPU"):
             grpo(*bad)
-    assert grpo("rollout.weight_transport=nccl", "rollout.backend=vllm").rollout.weight_transport == "nccl"
+    assert grpo("rollout.weight_transport=nccl", *VLLM).rollout.weight_transport == "nccl"
     NcclTransport.check_config(RolloutConfig(backend="vllm", weight_transport="nccl"))
     with pytest.raises(ConfigError, match="rollout.weight_transport"):
         NcclTransport.check_config(RolloutConfig(backend="hf", weight_transport="nccl"))
@@ -77,8 +81,8 @@ class FakeGraph:
 
 @pytest.mark.parametrize(("overrides", "expected"), [
     ((), ObjectStoreTransport),
-    (("rollout.weight_transport=nccl", "rollout.backend=vllm"), NcclTransport),
-    (("rollout.weight_transport=nccl", "rollout.backend=vllm", "learner.lora.enabled=true"), LoraTransport),
+    (("rollout.weight_transport=nccl", *VLLM), NcclTransport),
+    (("rollout.weight_transport=nccl", *VLLM, "learner.lora.enabled=true"), LoraTransport),
     (("learner.lora.enabled=true",), LoraTransport),
 ])
 def test_a_policy_holds_the_chosen_transport_with_its_learner_and_engine_groups(overrides, expected):
@@ -119,6 +123,6 @@ def test_an_engine_loads_an_update_with_the_transport_its_kind_names():
 def test_each_engine_takes_its_own_constructor_arguments_from_the_config(engine_cls, own, not_taken):
     backend = {HFRolloutEngine: "hf", VLLMRolloutEngine: "vllm"}[engine_cls]
     assert rollout_class(backend) is engine_cls
-    kwargs = PolicyGraph(grpo(f"rollout.backend={backend}"), model_path="m")._rollout_kwargs()
+    kwargs = PolicyGraph(grpo(*(VLLM if backend == "vllm" else ())), model_path="m")._rollout_kwargs()
     assert kwargs["model_path"] == "m" and own <= kwargs.keys() and not kwargs.keys() & not_taken
     inspect.signature(engine_cls).bind(**kwargs)  # every one is a constructor argument

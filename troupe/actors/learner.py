@@ -328,12 +328,13 @@ class Learner:
 
 def _resolve(extras: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Fetch extras passed as object refs (e.g. reference log-probs straight from the scorer)."""
-    import ray
-
     out = {}
     for k, v in extras.items():
-        if isinstance(v, ray.ObjectRef):
-            v = ray.get(v)
+        if not isinstance(v, torch.Tensor | dict):  # only then can it be a ref: no Ray needed in-process
+            import ray
+
+            if isinstance(v, ray.ObjectRef):
+                v = ray.get(v)
         if isinstance(v, dict):  # a scorer's output: its per-token log-probs
             v = v["logprobs"]
         out[k] = v

@@ -11,8 +11,14 @@ import it freely (`rollout_class("vllm")`, tests) and get a `ConfigError` naming
 How the engine runs (vLLM >= 0.10.2):
 
 - One engine is one `LLM` with tensor-parallel size 1, its engine core in this process
-  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): it lives on the GPU share Ray gave this actor, dies
-  with it, and `LLM.collective_rpc` hands tensors to the worker by reference.
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set even over an inherited ``1``): it lives on the GPU
+  share Ray gave this actor, dies with it, and `LLM.collective_rpc` hands tensors to the worker
+  by reference.
+- bf16 by default (``rollout.dtype``): vLLM's float32 path runs without FlashAttention, on a
+  slower attention backend. The learner keeps its own dtype, so with a bf16 engine and a float32
+  learner the config requires ``learner.recompute_old_logprobs`` (`check_config`).
+- Text only: a row's ``"frames"`` are refused with a clear error (vLLM's multimodal inputs are
+  not wired up); use ``rollout.backend=hf`` for a vision-language policy.
 - Prompts are chat-formatted and tokenized here with troupe's own tokenizer (the learner's),
   and vLLM gets token ids with ``skip_tokenizer_init=True``: vLLM's own tokenizer loading can
   rebuild a locally trained tokenizer with other ids. vLLM stops on the EOS id we pass; stop
@@ -26,20 +32,27 @@ Log-probs: ``SamplingParams(logprobs=0)`` returns the sampled token's log-prob, 
 must run with ``logprobs_mode="processed_logprobs"`` (set in `engine_kwargs`; the default,
 ``raw_logprobs``, is the unprocessed ``T = 1`` distribution): in vLLM >= 0.10.2 that is the
 log-softmax of the logits after vLLM's sampler has applied, in this order, the repetition
-penalty, temperature, min-p, top-k and top-p, the order and rules of
+penalty, temperature, min-p, top-k and top-p (`PROCESSED_ORDER`), the order and rules of
 `troupe.actors.logit_processing`, with which the hf engine samples and the learner and scorers
-recompute; truncated tokens are renormalised away. vLLM 0.10.0–0.10.1 take it before
-temperature and earlier versions return the raw log-probs. Kernels differ from the learner's in
-any case (bf16, fused attention), and a token at the edge of a top-p or min-p set may fall on
-the other side of it in the learner, so for exact importance ratios set
-``learner.recompute_old_logprobs=true``: the learner then recomputes π_old itself and the
-engine's log-probs only feed metrics.
+recompute; truncated tokens are renormalised away. As read in vLLM's sampler: the repetition
+penalty counts prompt and generated tokens and divides positive logits (multiplies negative
+ones); min-p compares the tempered probabilities with ``min_p · p_max``; top-k keeps ties at
+the k-th logit; top-p drops the smallest tokens whose renormalised mass is ``<= 1 - top_p``,
+never the last; with processed log-probs vLLM never takes its FlashInfer sampling path.
+vLLM 0.10.0–0.10.1 take the log-probs before temperature and earlier versions return the raw
+ones: `require_vllm` accepts only the range this was read against (`VLLM_RANGE`, the ``gpu``
+extra's pin). Kernels differ from the learner's in any case (bf16, fused attention), and a
+token at the edge of a top-p or min-p set may fall on the other side of it in the learner, so
+for exact importance ratios set ``learner.recompute_old_logprobs=true``: the learner then
+recomputes π_old itself and the engine's log-probs only feed metrics.
 
 Weights: the transport that made an update installs it with one of the engine's primitives.
 Full weights (`install_state`) go to the model's own ``load_weights`` (it takes Hugging Face
 parameter names and fuses q/k/v and gate/up itself) through a worker extension
-(`TroupeWorkerExtension`, called by name with `LLM.collective_rpc`); nccl updates arrive by
-broadcast into the same call (`install_broadcast`, `troupe.actors.transport.nccl`). LoRA
+(`TroupeWorkerExtension`, its methods always called by name with `LLM.collective_rpc`: a
+callable passed instead receives vLLM's worker wrapper, not the worker, so what it sets is not
+where the extension reads it); nccl updates arrive by broadcast into the same call
+(`install_broadcast`, `troupe.actors.transport.nccl`). LoRA
 adapters (`install_adapter`) are merged into the base weights here, ``W = W0 + (alpha / r) · B A``,
 and loaded as full weights of the adapted modules: the engine needs no LoRA configuration,
 generation runs at base-model speed, and only the adapter crosses the network. After every
@@ -71,14 +84,51 @@ from troupe.actors.sampling import (  # noqa: F401  (chat_format: part of this m
 from troupe.actors.transport import nccl
 from troupe.actors.transport.base import WeightUpdate
 from troupe.platform.batch import Batch
+from troupe.platform.config import check
 from troupe.platform.errors import ConfigError
 from troupe.platform.registry import TRANSPORTS
 
 MIN_VLLM = (0, 10, 2)  # processed_logprobs after temperature; worker_extension_cls; collective_rpc
+# The first release past those this module was read against (0.10.2 to 0.12): the `gpu` extra
+# pins the same range (a test checks that the two agree).
+MAX_VLLM = (0, 13)
 INSTALL = 'pip install -e ".[gpu]"'
+# What vLLM's processed_logprobs have gone through, in its sampler's order; troupe's
+# `process_logits` applies the same options in the same order.
+PROCESSED_ORDER = ("repetition_penalty", "temperature", "min_p", "top_k", "top_p")
+DEFAULT_DTYPE = "bfloat16"
 WORKER_EXTENSION = "troupe.actors.rollout_vllm.TroupeWorkerExtension"
 DTYPES = ("float32", "bfloat16", "float16")
 _LORA_PREFIX = "base_model.model."
+
+
+def _dotted(release: tuple[int, ...]) -> str:
+    return ".".join(map(str, release))
+
+
+VLLM_RANGE = f">={_dotted(MIN_VLLM)},<{_dotted(MAX_VLLM)}"
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise a `ConfigError` naming ``rollout.backend`` unless ``version`` is in `VLLM_RANGE`."""
+    from packaging.version import Version
+
+    release = Version(version).release
+    if not MIN_VLLM <= release < MAX_VLLM:
+        raise ConfigError(
+            f"rollout.backend=vllm needs vLLM {VLLM_RANGE} (the versions whose sampler, log-prob modes and "
+            f"worker calls troupe was written and checked against), found {version}: {INSTALL}, or "
+            f"pip install 'vllm{VLLM_RANGE}'")
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version, read from its package metadata without importing it; None without one."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def require_vllm() -> Any:
@@ -93,13 +143,40 @@ def require_vllm() -> Any:
         raise ConfigError(
             "rollout.backend=vllm needs a CUDA GPU and this process sees none: give the rollout role a GPU "
             "(rollout.num_gpus > 0) on a GPU node, or use rollout.backend=hf")
-    from packaging.version import Version
-
-    version = Version(vllm.__version__)
-    if version.release < MIN_VLLM:
-        raise ConfigError(f"rollout.backend=vllm needs vLLM >= {'.'.join(map(str, MIN_VLLM))}, found "
-                          f"{vllm.__version__}: {INSTALL}")
+    check_vllm_version(vllm.__version__)
     return vllm
+
+
+def check_config(cfg: Any) -> None:
+    """The checks of a policy config (``model``, ``rollout``, ``learner`` sections) with
+    ``rollout.backend=vllm``, run in the driver before any actor starts: one `ConfigError`
+    naming the key and the fix."""
+    rc, lc = cfg.rollout, cfg.learner
+    version = installed_vllm_version()
+    # The driver may run where vLLM is not installed (a CPU head node): the engine's own
+    # `require_vllm` says so on the GPU node. An installed one must be in the range.
+    if version is not None:
+        check_vllm_version(version)
+    check(rc.num_gpus > 0, "rollout.num_gpus", rc.num_gpus,
+          "a GPU share > 0 with rollout.backend=vllm (vLLM runs on CUDA only), or rollout.backend=hf")
+    # vLLM takes gpu_memory_utilization of the whole GPU, whatever share Ray granted.
+    check(rc.gpu_memory_utilization <= rc.num_gpus + 1e-9, "rollout.gpu_memory_utilization",
+          rc.gpu_memory_utilization,
+          f"at most rollout.num_gpus={rc.num_gpus}: vLLM reserves that fraction of the whole GPU, not of the "
+          "role's share, so a larger one takes memory Ray gave to other roles; lower it or raise rollout.num_gpus")
+    dtype = engine_dtype(rc)
+    check(dtype in DTYPES, "rollout.dtype", rc.dtype, f"one of {DTYPES}, or null for {DEFAULT_DTYPE}")
+    if dtype != lc.dtype and not lc.recompute_old_logprobs:
+        raise ConfigError(
+            f"config key 'learner.recompute_old_logprobs' = False is not allowed with rollout.backend=vllm in "
+            f"{dtype} and learner.dtype={lc.dtype}: the engine's log-probs come from other precision and "
+            "kernels than the learner's, so using them as π_old biases the importance ratio. Set "
+            f"learner.recompute_old_logprobs=true, or rollout.dtype={lc.dtype}")
+
+
+def engine_dtype(rollout: Any) -> str:
+    """The vLLM engine's dtype: ``rollout.dtype``, bf16 when it is null."""
+    return getattr(rollout, "dtype", None) or DEFAULT_DTYPE
 
 
 def engine_kwargs(model_path: str, dtype: str, seed: int, gpu_memory_utilization: float,
@@ -265,18 +342,30 @@ def read_base_weights(model_path: str, names: Iterable[str]) -> dict[str, torch.
     return out
 
 
+def refuse_frames(rows: Sequence[Mapping[str, Any]] | None) -> None:
+    """Raise a `ConfigError` if a row carries video frames, which this engine would otherwise drop."""
+    if rows and any(r.get("frames") is not None for r in rows):
+        raise ConfigError("rows carry video frames but rollout.backend=vllm generates from text only (its "
+                          "multimodal inputs are not wired up in troupe): use rollout.backend=hf for a "
+                          "vision-language policy")
+
+
 # -- the engine -----------------------------------------------------------------------------
 class VLLMRolloutEngine:
     """A vLLM engine that samples completions; one per rollout rank, on one GPU (or a share of one)."""
 
-    def __init__(self, model_path: str, dtype: str = "float32", seed: int = 0, gpu_memory_utilization: float = 0.4,
+    # Sizes its KV cache from the GPU memory free when it starts: created before colocated learners.
+    starts_before_colocated = True
+
+    def __init__(self, model_path: str, dtype: str = DEFAULT_DTYPE, seed: int = 0, gpu_memory_utilization: float = 0.4,
                  chat: bool = True, enforce_eager: bool = False, max_model_len: int | None = None,
                  chat_template: str | None = None) -> None:
         configure_threads()
         kwargs = engine_kwargs(model_path, dtype, seed, gpu_memory_utilization, enforce_eager, max_model_len)
         vllm = require_vllm()
-        # Engine core in this process: the actor's GPU share, tensors passed by reference (see module doc).
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # Engine core in this process: the actor's GPU share, tensors passed by reference (see
+        # module doc). Assigned, not defaulted: an inherited 1 would start a separate process.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self.model_path = str(model_path)
         self.tokenizer = load_tokenizer(self.model_path, chat_template)
         self.llm = vllm.LLM(**kwargs)
@@ -290,9 +379,15 @@ class VLLMRolloutEngine:
     @classmethod
     def config_kwargs(cls, cfg: Any) -> dict[str, Any]:
         """The constructor arguments taken from an algorithm's config (all but ``model_path``)."""
-        return {"dtype": cfg.model.dtype, "seed": cfg.run.seed,
-                "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization, "max_model_len": cfg.rollout.max_model_len,
+        rc = cfg.rollout
+        return {"dtype": engine_dtype(rc), "seed": cfg.run.seed, "gpu_memory_utilization": rc.gpu_memory_utilization,
+                "enforce_eager": bool(getattr(rc, "enforce_eager", False)), "max_model_len": rc.max_model_len,
                 "chat_template": chat_template_text(getattr(cfg.model, "chat_template", None))}
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """See the module function `check_config`."""
+        check_config(cfg)
 
     def generate(self, prompts: list[str], sampling: SamplingConfig | dict, rows: list[dict] | None = None,
                  seed: int | None = None, option_letters: list[str] | None = None) -> Batch:
@@ -300,6 +395,7 @@ class VLLMRolloutEngine:
         ``option_letters`` also each letter's log-prob as the first token (see the hf engine)."""
         sampling = sampling_and_rows(sampling, prompts, rows)
         check_option_letters(option_letters, prompts)
+        refuse_frames(rows)
         t0 = time.perf_counter()
         tok = self.tokenizer
         prompt_ids, prompt_mask, unpadded = encode_prompts(tok, chat_format(tok, prompts, self.chat, rows))
@@ -363,16 +459,27 @@ class VLLMRolloutEngine:
         """vLLM workers of this engine: the ranks it takes in the nccl weight-sync group."""
         return int(self.llm.llm_engine.vllm_config.parallel_config.world_size)
 
-    def init_weight_group(self, address: str, port: int, rank_offset: int, world_size: int) -> bool:
+    def init_weight_group(self, address: str, port: int, rank_offset: int, world_size: int,
+                          generation: int = 0) -> bool:
         """Join the nccl weight-sync group (at the same time as learner rank 0; see `transport.nccl`)."""
         self.llm.collective_rpc("troupe_init_weight_group", args=(address, port, rank_offset, world_size))
+        self.weight_generation = generation
         return True
+
+    def weight_group_generation(self) -> int | None:
+        """Which build of the weight-sync group this engine joined; None before (or after a restart)."""
+        return getattr(self, "weight_generation", None)
+
+    def weight_group_devices(self) -> list[str]:
+        """The CUDA device UUID of each vLLM worker: NCCL refuses two ranks on one device."""
+        return [str(u) for u in self.llm.collective_rpc("troupe_device_uuid")]
 
     def get_version(self) -> int:
         return self.version
 
     def info(self) -> dict[str, Any]:
         return {"backend": "vllm", "device": "cuda", "version": self.version, "vllm": self.vllm_version,
+                "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING"),
                 "logprobs": "processed_logprobs", **dataclasses.asdict(SamplingConfig())}
 
 
@@ -393,8 +500,17 @@ class TroupeWorkerExtension:
         from vllm.distributed.parallel_state import get_world_group
 
         rank = get_world_group().rank + rank_offset
-        self.troupe_weight_group = nccl.init_group(address, port, rank, world_size, self.device)
+        self.troupe_set_weight_group(nccl.init_group(address, port, rank, world_size, self.device))
         return rank
+
+    def troupe_set_weight_group(self, group: Any) -> bool:
+        """The communicator `troupe_receive_nccl` receives on (``troupe_init_weight_group`` sets it;
+        tests set a stand-in, by name: a callable sent through collective_rpc gets the wrapper)."""
+        self.troupe_weight_group = group
+        return True
+
+    def troupe_device_uuid(self) -> str:
+        return nccl.device_uuid(self.device)
 
     def troupe_receive_nccl(self, manifest: nccl.Manifest) -> int:
         model = self.model_runner.model

@@ -41,6 +41,16 @@ def rollout_class(backend: str) -> type:
     return ROLLOUT_BACKENDS.resolve(backend, "rollout.backend")
 
 
+def check_policy_config(cfg: Any) -> None:
+    """The checks that need several sections of a policy config: the rollout backend's own
+    (``check_config(cfg)`` on its engine class, e.g. vLLM's GPU memory and dtype rules) and
+    those of the weight transport the policy will use; each a `ConfigError` naming the key."""
+    engine_check = getattr(rollout_class(cfg.rollout.backend), "check_config", None)
+    if callable(engine_check):
+        engine_check(cfg)
+    TRANSPORTS.get(choose_transport(cfg.rollout.weight_transport, cfg.learner.lora.enabled)).check_policy_config(cfg)
+
+
 def step_seed(seed: int, step: int, salt: str = "") -> int:
     """A 31-bit seed that depends only on (run seed, step, salt): resumed runs resample identically."""
     h = hashlib.blake2b(f"{seed}:{step}:{salt}".encode(), digest_size=4).digest()
@@ -82,13 +92,17 @@ class PolicyGraph:
                           "seed": c.run.seed, "sampling": to_dict(rc.sampling), "run_steps": c.run.steps,
                           "max_len": rc.sampling.max_new_tokens, "device": device, "chat_template": template}
         colocate = f"{self.prefix}policy" if rc.colocate_with_learner else None
-        roles = [
-            Role(self.names["learner"], Learner, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
-                 num_gpus=c.learner.num_gpus, colocate=colocate,
-                 kwargs=learner_kwargs, rank_kwargs=[{"rank": r} for r in range(c.learner.num_ranks)]),
-            Role(self.names["rollout"], rollout_class(rc.backend), count=rc.num_engines, num_cpus=rc.num_cpus,
-                 num_gpus=rc.num_gpus, colocate=colocate, kwargs=self._rollout_kwargs(), max_restarts=rc.max_restarts),
-        ]
+        engine_cls = rollout_class(rc.backend)
+        learner = Role(self.names["learner"], Learner, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
+                       num_gpus=c.learner.num_gpus, colocate=colocate,
+                       kwargs=learner_kwargs, rank_kwargs=[{"rank": r} for r in range(c.learner.num_ranks)])
+        # An engine that sizes its memory at start-up (vLLM) starts, and is ready, before a
+        # learner on its GPU loads anything.
+        first = colocate is not None and getattr(engine_cls, "starts_before_colocated", False)
+        rollout = Role(self.names["rollout"], engine_cls, count=rc.num_engines, num_cpus=rc.num_cpus,
+                       num_gpus=rc.num_gpus, colocate=colocate, kwargs=self._rollout_kwargs(),
+                       max_restarts=rc.max_restarts, ready_first=first)
+        roles = [rollout, learner] if first else [learner, rollout]
         if not self.shared_roles:
             return roles
         roles.append(Role("reward", RuleReward, num_cpus=c.reward.num_cpus,
@@ -204,7 +218,11 @@ class PolicyGraph:
     def sync_end(self, pending: PendingSync, since: float | None = None) -> dict[str, float]:
         """Wait for `sync_begin`'s installs; ``time/sync_s`` counts from ``since`` (default: the begin)."""
         nbytes = self.transport.end(pending)
-        return {"sync/bytes": nbytes, "time/sync_s": time.perf_counter() - (pending.t if since is None else since)}
+        counts = self.transport.sync_metrics()
+        # A sync that had to leave its transport (nccl after a restart) is a fault, counted in the report.
+        self.faults += int(counts.get("sync/object_store_fallbacks", 0))
+        return {"sync/bytes": nbytes, "time/sync_s": time.perf_counter() - (pending.t if since is None else since),
+                **counts}
 
     @property
     def last_update(self) -> Any:

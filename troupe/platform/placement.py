@@ -48,6 +48,10 @@ class Role:
     max_restarts: int = 0
     max_task_retries: int = 0
     max_concurrency: int = 1
+    # Wait until this role's actors are ready before creating the roles listed after it (a vLLM
+    # engine sizes its KV cache from the GPU memory free when it starts, so it goes before a
+    # learner that shares its GPU).
+    ready_first: bool = False
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -329,6 +333,8 @@ class ActorGraph:
                 )
                 handles.append(remote_cls.options(**opts).remote(**kwargs))
             self.groups[role.name] = ActorGroup(role, handles, self.call_timeout_s)
+            if role.ready_first:
+                self.groups[role.name].wait([h.__ray_ready__.remote() for h in handles], "__init__")
         # Fail here, naming the role, if a constructor raises (not later inside a step).
         for name, group in self.groups.items():
             group.wait([h.__ray_ready__.remote() for h in group.handles], "__init__")

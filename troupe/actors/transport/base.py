@@ -67,6 +67,15 @@ class Transport:
     def check_config(cls, rollout: Any) -> None:
         """Raise `ConfigError` if the ``rollout`` config section cannot use this transport."""
 
+    @classmethod
+    def check_policy_config(cls, cfg: Any) -> None:
+        """Raise `ConfigError` if a whole policy config (``rollout``, ``learner``, ...) cannot use
+        this transport, when it is the one `choose_transport` picks."""
+
+    def sync_metrics(self) -> dict[str, float]:
+        """Counts this transport keeps since the last call (e.g. syncs that fell back), for the step's metrics."""
+        return {}
+
     def setup(self) -> None:
         """Once, after the actors exist (nccl builds its group here)."""
 

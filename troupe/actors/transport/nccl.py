@@ -24,14 +24,26 @@ an engine loads a bucket's tensors as soon as it arrives, so peak extra memory i
 
 `NcclTransport` runs this from the driver: the handshake in `setup`, each sync in `begin`.
 
-NCCL refuses two ranks on one GPU: a learner colocated with its engines on the same device
-uses the object store transport instead (`NcclTransport.check_config`). With LoRA the adapter
-is small and always travels through the object store (`lora.py`).
+After a restart. A restarted engine has lost its communicator, and NCCL has no timeout: a
+broadcast with a rank missing waits forever. So whenever the driver sees an engine restart (a
+generate call lost to a dead engine, or a straggler it killed; `recover`), the group is rebuilt
+for every member on a new port (a new *generation*) and the restarted engine gets the weights it
+missed through the object store. If the rebuild fails, every sync goes through the object store
+(``sync/object_store_fallbacks``, counted as faults) until a rebuild after one of them
+succeeds (``sync/group_rebuilds``). An engine that dies in the middle of a broadcast leaves
+learner rank 0 inside it: that sync fails with a `RemoteCallError` and the run stops.
+
+NCCL refuses two ranks on one GPU: nccl needs whole GPUs for the learner and the engines and
+engines not colocated with the learner (`check_config`, `check_policy_config`), and `setup`
+compares the engines' device UUIDs before any communicator exists. A learner colocated with its
+engines uses the object store transport instead. With LoRA the adapter is small and always
+travels through the object store (`lora.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -40,7 +52,9 @@ import torch
 
 from troupe.actors.transport.base import PendingSync, Transport, WeightUpdate
 from troupe.platform.config import check
-from troupe.platform.errors import ConfigError
+from troupe.platform.errors import ConfigError, RemoteCallError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 ALIGN = 16  # byte alignment of each tensor in a bucket: a uint8 slice views as any dtype
@@ -97,18 +111,19 @@ class GroupPlan:
     port: int
     world_size: int
     rank_offsets: tuple[int, ...]
+    generation: int = 0  # which build of the group: a rebuild after a restart is the next one
 
     def engine_args(self, i: int) -> dict[str, Any]:
         """Keyword arguments of `VLLMRolloutEngine.init_weight_group` for engine ``i``."""
         return {"address": self.address, "port": self.port, "rank_offset": self.rank_offsets[i],
-                "world_size": self.world_size}
+                "world_size": self.world_size, "generation": self.generation}
 
     def trainer_args(self) -> dict[str, Any]:
         """Keyword arguments of `init_group` for learner rank 0."""
         return {"address": self.address, "port": self.port, "rank": 0, "world_size": self.world_size}
 
 
-def plan_group(address: str, port: int, engine_sizes: Sequence[int]) -> GroupPlan:
+def plan_group(address: str, port: int, engine_sizes: Sequence[int], generation: int = 0) -> GroupPlan:
     """Number the group: rank 0 is the learner, then each engine's workers in turn."""
     if not engine_sizes:
         raise ConfigError("nccl weight transport: there are no rollout engines to send to")
@@ -120,7 +135,31 @@ def plan_group(address: str, port: int, engine_sizes: Sequence[int]) -> GroupPla
     for n in engine_sizes:
         offsets.append(next_rank)
         next_rank += int(n)
-    return GroupPlan(address=address, port=int(port), world_size=next_rank, rank_offsets=tuple(offsets))
+    return GroupPlan(address=address, port=int(port), world_size=next_rank, rank_offsets=tuple(offsets),
+                     generation=generation)
+
+
+def whole_gpus(n: float) -> bool:
+    return n >= 1 and float(n).is_integer()
+
+
+def check_distinct_devices(devices: Mapping[str, Sequence[str]]) -> None:
+    """Raise a `ConfigError` if two members of the group (name → device UUIDs of its ranks) share a
+    GPU: NCCL refuses a communicator with two ranks on one device."""
+    seen: dict[str, str] = {}
+    for member, uuids in devices.items():
+        for uuid in uuids:
+            if uuid in seen:
+                raise ConfigError(
+                    f"nccl weight transport: {seen[uuid]} and {member} are on the same GPU ({uuid}), and NCCL "
+                    "cannot put two ranks on one GPU: give every engine whole GPUs of its own (rollout.num_gpus "
+                    "an integer >= 1), or set rollout.weight_transport=object_store")
+            seen[uuid] = member
+
+
+def device_uuid(device: torch.device | int | str) -> str:
+    """The CUDA device's UUID (the same GPU seen from two processes has one UUID)."""
+    return str(torch.cuda.get_device_properties(device).uuid)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -179,10 +218,18 @@ def unpack_bucket(buf: torch.Tensor, bucket: Bucket) -> list[tuple[str, torch.Te
 
 class NcclTransport(Transport):
     """Full weights by broadcast from learner rank 0 to the engines' workers; the update that
-    travels through Ray is the manifest. A restarted engine rejoins a rebuilt group and gets the
-    weights it missed through the object store (`Learner.current_weights`)."""
+    travels through Ray is the manifest. After a restart the group is rebuilt for every member
+    on a new port, and a sync without an intact group goes through the object store (see the
+    module docstring)."""
 
     name = "nccl"
+
+    def __init__(self, learners: Any, engines: Any) -> None:
+        super().__init__(learners, engines)
+        self.generation = 0  # builds of the group so far
+        self.port: int | None = None
+        self.intact = False  # every engine is a member of the current build
+        self._counts = {"fallbacks": 0, "rebuilds": 0}
 
     @classmethod
     def check_config(cls, rollout: Any) -> None:
@@ -193,18 +240,49 @@ class NcclTransport(Transport):
               rollout.weight_transport, "'object_store' unless rollout.backend=vllm on GPUs of its own "
               "(nccl cannot put two ranks on one GPU)")
 
+    @classmethod
+    def check_policy_config(cls, cfg: Any) -> None:
+        # A fractional share lets Ray put two ranks on one GPU, which NCCL refuses.
+        for key, n in (("rollout.num_gpus", cfg.rollout.num_gpus), ("learner.num_gpus", cfg.learner.num_gpus)):
+            check(whole_gpus(n), key, n, "whole GPUs (an integer >= 1) with rollout.weight_transport=nccl, which "
+                  "cannot put two ranks on one GPU; or rollout.weight_transport=object_store for GPU shares")
+
     def setup(self) -> None:
         """One group: learner rank 0 is rank 0, then every engine's workers."""
+        self._build()
+
+    def _build(self) -> None:
         learners, engines = self.learners, self.engines
+        self.intact = False
+        devices = engines.call("weight_group_devices")
+        check_distinct_devices({f"rollout engine {i}": d for i, d in enumerate(devices)})
         addr, port = learners.wait([learners[0].master_address.remote()], "master_address")[0]
-        plan = plan_group(addr, port, engines.call("weight_group_size"))
+        self.generation += 1
+        plan = plan_group(addr, port, engines.call("weight_group_size"), self.generation)
         # Launch every member before waiting: rank 0 hosts the rendezvous.
         refs = [h.init_weight_group.remote(**plan.engine_args(i)) for i, h in enumerate(engines.handles)]
         refs.append(learners[0].init_weight_group.remote(**plan.trainer_args()))
         engines.wait(refs, "init_weight_group")
+        self.port, self.intact = port, True
+
+    def _rebuild(self) -> bool:
+        """Build the group anew for every member; False (and the object store until the next try) if it fails."""
+        try:
+            self._build()
+        except RemoteCallError as e:
+            log.warning("nccl weight group: rebuild %d failed, syncing through the object store: %s",
+                        self.generation, e)
+            return False
+        self._counts["rebuilds"] += 1
+        return True
 
     def begin(self) -> PendingSync:
         t = time.perf_counter()
+        if not self.intact:
+            # A broadcast would wait forever for a rank that is not in the group.
+            self._counts["fallbacks"] += 1
+            update_ref = self.learners[0].publish_weights.remote("object_store")
+            return PendingSync(t, [h.load_weights.remote(update_ref) for h in self.engines.handles], update_ref)
         # Each call gets the manifest once the publish (queued behind the update) returns it;
         # the engines then receive while rank 0 broadcasts.
         update_ref = self.learners[0].publish_weights.remote(self.name)
@@ -212,11 +290,29 @@ class NcclTransport(Transport):
         loads.append(self.learners[0].broadcast_weights.remote(update_ref))
         return PendingSync(t, loads, update_ref)
 
+    def end(self, pending: PendingSync) -> float:
+        try:
+            nbytes = super().end(pending)
+        except RemoteCallError:
+            self.intact = False  # a member failed mid-sync: never broadcast to this build again
+            raise
+        if not self.intact:
+            self._rebuild()  # the learner and engines are idle now: try the group again
+        return nbytes
+
     def recover(self, i: int) -> None:
-        # The restarted engine lost its group: rebuild it, then send the weights it missed.
-        self.setup()
+        # The restarted engine lost its communicator: rebuild the group for every member (or
+        # fall back to the object store), then send it the weights it missed.
+        self.intact = False
+        self._rebuild()
         current = self.learners[0].current_weights.remote()
         self.engines.wait([self.engines[i].load_weights.remote(current)], "load_weights")
+
+    def sync_metrics(self) -> dict[str, float]:
+        out = {"sync/object_store_fallbacks": float(self._counts["fallbacks"]),
+               "sync/group_rebuilds": float(self._counts["rebuilds"])}
+        self._counts = {"fallbacks": 0, "rebuilds": 0}
+        return out
 
     @classmethod
     def publish(cls, learner: Any) -> WeightUpdate:

@@ -147,6 +147,12 @@ class BPOConfig:
         check(self.reward.fn == "bpo_behavior", "reward.fn", self.reward.fn,
               "'bpo_behavior' (BPO's arms choose their rewards through bpo.arms)")
 
+    def validate(self) -> None:
+        """Checks across the rollout, learner and model sections (after each section's own)."""
+        from troupe.algorithms.policy_graph import check_policy_config
+
+        check_policy_config(self)
+
 
 def arm_summary(name: str, settings: BPOSettings) -> dict[str, Any]:
     arm = ARMS[name]

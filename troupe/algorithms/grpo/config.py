@@ -20,8 +20,10 @@ class RolloutConfig:
     num_cpus: float = 0.5
     num_gpus: float = 0.0
     colocate_with_learner: bool = False  # share bundles (and a GPU) with the learner ranks
-    gpu_memory_utilization: float = 0.4  # vllm only
+    gpu_memory_utilization: float = 0.4  # vllm only: a fraction of the whole GPU, at most num_gpus
     max_model_len: int | None = None  # vllm only; None: the model's own
+    dtype: str | None = None  # vllm only; None: bfloat16 (vLLM's float32 path has no FlashAttention)
+    enforce_eager: bool = False  # vllm only: no CUDA graphs (faster start, less memory, slower decoding)
     # object_store, or nccl (vllm engines on GPUs of their own); with LoRA the adapter always
     # travels alone (the lora transport), whatever this says.
     weight_transport: str = registered("object_store", TRANSPORTS)
@@ -87,3 +89,9 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         if self.reward.fn is None:  # recorded in the run's config.yaml, as the reward role gets it
             self.reward = dataclasses.replace(self.reward, fn=build_task(self.task).checker())
+
+    def validate(self) -> None:
+        """Checks across the rollout, learner and model sections (after each section's own)."""
+        from troupe.algorithms.policy_graph import check_policy_config
+
+        check_policy_config(self)
