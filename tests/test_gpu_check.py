@@ -1,0 +1,83 @@
+"""The in-process GPU check (benchmarks/gpu.py) at tiny size on CPU, as it runs on a GPU node:
+from a copy of the repository, troupe not installed (no entry points), and ``import ray`` or
+``import vllm`` failing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BARE_NODE = textwrap.dedent("""
+    import importlib.abc, importlib.metadata as md, runpy, sys
+
+    class Missing(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("ray", "vllm"):
+                raise ImportError(f"No module named {name!r} (not installed on this node)")
+
+    sys.meta_path.insert(0, Missing())
+    # troupe is not installed there: none of its entry points exist.
+    _entry_points = md.entry_points
+    md.entry_points = lambda **kw: [] if str(kw.get("group", "")).startswith("troupe.") else _entry_points(**kw)
+    sys.argv = ["benchmarks/gpu.py", *sys.argv[1:]]
+    try:
+        runpy.run_path("benchmarks/gpu.py", run_name="__main__")
+    finally:
+        print("troupe from", sys.modules["troupe"].__file__ if "troupe" in sys.modules else None)
+""")
+
+
+def copy_of_the_repository(dest: Path) -> int:
+    """What a copy for the GPU node needs (troupe/ and benchmarks/gpu.py); returns its bytes."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "troupe", dest / "troupe", ignore=ignore)
+    (dest / "benchmarks").mkdir()
+    shutil.copy2(ROOT / "benchmarks" / "gpu.py", dest / "benchmarks" / "gpu.py")
+    return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+
+
+@pytest.mark.timeout(120)
+def test_the_gpu_check_runs_on_cpu_from_a_copy_without_ray_vllm_or_an_install(tmp_path):
+    repo = tmp_path / "repo"
+    size = copy_of_the_repository(repo)
+    assert size < 64 * 2**20  # what the GPU machine's copy allows
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", BARE_NODE, "--device", "cpu", "--out", str(out)], cwd=repo,
+                          capture_output=True, text=True, timeout=110)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert f"troupe from {repo / 'troupe' / '__init__.py'}" in proc.stdout  # the copy, not the installed one
+    result = json.loads((out / "gpu.json").read_text())
+    assert result["device"] == "cpu" and result["dtype"] == "bfloat16"
+    claims = result["claims"]
+    assert len(claims) >= 9 and all(c["holds"] for c in claims), [c for c in claims if not c["holds"]]
+    assert all(set(c) == {"claim", "measured", "holds"} for c in claims)
+    texts = " ".join(c["claim"] for c in claims)
+    for part in ("recomputed log-probs", "scorer", "GRPO update", "LoRA adapter", "VL model", "tokens/s",
+                 "learner step", "without importing Ray"):
+        assert part in texts, part
+
+
+def test_a_failing_section_is_a_claim_that_does_not_hold(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    check = gpu.Check()
+    check.section("broken", lambda: 1 / 0)
+    assert check.claims == [{"claim": "broken runs to the end", "measured": "ZeroDivisionError: division by zero",
+                             "holds": False}]
+    monkeypatch.setattr(gpu, "lm_checks", lambda *a: (_ for _ in ()).throw(RuntimeError("no kernel")))
+    monkeypatch.setattr(gpu, "vl_checks", lambda *a: None)
+    monkeypatch.setattr(gpu, "scale_checks", lambda *a: None)
+    assert gpu.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
+    written = json.loads((tmp_path / "gpu.json").read_text())["claims"]
+    assert {"claim": "tiny LM runs to the end", "measured": "RuntimeError: no kernel", "holds": False} in written
