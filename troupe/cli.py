@@ -1,4 +1,4 @@
-"""The `troupe` command: run, list, report, export (and submit, for clusters)."""
+"""The `troupe` command: run, list, report, export, fetch (and submit, for clusters)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run an algorithm", description="Run an algorithm: troupe run ALGO [key=value ...]")
     r.add_argument("algorithm")
     r.add_argument("--preset", default=None, help="a preset of the algorithm (see `troupe list`)")
-    r.add_argument("--out", default=None, help="the run directory (default: run.out/<algo>-<time>)")
-    r.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    r.add_argument("--out", default=None, help="the run directory, a path or a storage URI such as "
+                   "s3://bucket/runs/NAME (default: run.out/<algo>-<time>)")
+    r.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue a run (a path or a URI) from its last checkpoint")
     r.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     r.add_argument("overrides", nargs="*", metavar="key.sub=value", help="config overrides")
 
@@ -37,6 +39,17 @@ def _parser() -> argparse.ArgumentParser:
                     "with 'bpo' in its name)")
     ex.add_argument("--merge-lora", action="store_true", help="a LoRA run: write the merged full model")
     ex.add_argument("--force", action="store_true", help="replace OUT when it exists and is not empty")
+
+    f = sub.add_parser("fetch", help="copy a run directory from storage or a cluster job to a local folder",
+                       description="troupe fetch SRC DEST  |  troupe fetch --job ID [--address URL] DEST")
+    f.add_argument("src", nargs="?", default=None, help="the run directory: a URI (s3://..., file://...) or a path")
+    f.add_argument("dest", nargs="?", default=None, help="the local folder to write")
+    f.add_argument("--job", default=None, metavar="ID", help="the run of this job (`troupe submit`): its run "
+                   "directory is read from the job's log")
+    f.add_argument("--address", default=None, help="with --job: the job API (default: $RAY_API_SERVER_ADDRESS)")
+    f.add_argument("--checkpoints", choices=("all", "latest", "none"), default="all",
+                   help="which checkpoints to copy (default: all)")
+    f.add_argument("--force", action="store_true", help="write into DEST when it exists and is not empty")
 
     s = sub.add_parser("submit", help="submit a run to a Ray cluster as a job",
                        description="troupe submit --address URL [--follow] -- grpo --preset smoke")
@@ -66,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args.run_dir)
         if args.command == "export":
             return _export(args)
+        if args.command == "fetch":
+            return _fetch(args)
         if args.command == "submit":
             from troupe.cluster.submit import submit_main
 
@@ -79,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from troupe.platform import config as cfglib
     from troupe.platform import driver
+    from troupe.platform.storage import join
 
     if args.print_config:
         cfg = driver.resolve_config(args.algorithm, args.preset, args.overrides)
@@ -87,7 +103,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.resume and args.preset:
         raise TroupeError("--resume takes the config saved in the run directory; drop --preset")
     summary = driver.run(args.algorithm, args.preset, args.overrides, out=args.out, resume=args.resume)
-    print(f"\nrun directory: {summary['run_dir']}\nreport: {Path(summary['run_dir']) / 'report.md'}")
+    # `troupe submit --follow` and `troupe fetch --job` read this line from a job's log.
+    print(f"\nrun directory: {summary['run_dir']}\nreport: {join(summary['run_dir'], 'report.md')}")
     return 0
 
 
@@ -103,17 +120,74 @@ def _list() -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from troupe.algorithms.export import export
+    import tempfile
 
-    info = export(args.run_dir, args.out, step=args.step, arm=args.arm, merge_lora=args.merge_lora,
-                  force=args.force)
+    from troupe.algorithms.export import export
+    from troupe.platform.storage import RemoteRunDir, is_uri
+
+    with tempfile.TemporaryDirectory(prefix="troupe-export-") as tmp:
+        run_dir = args.run_dir
+        if is_uri(run_dir):  # read the checkpoint it needs from storage first
+            run_dir = RemoteRunDir(run_dir).pull(tmp, checkpoints="latest" if args.step is None else "all")
+        info = export(run_dir, args.out, step=args.step, arm=args.arm, merge_lora=args.merge_lora,
+                      force=args.force)
     arm = f" ({info['arm']})" if info["arm"] else ""
     what = "PEFT adapter" if info["kind"] == "adapter" else f"{info['dtype']} model"
     print(f"exported the {what} of step {info['step']}{arm} to {info['out']}")
     return 0
 
 
+def _fetch(args: argparse.Namespace) -> int:
+    from troupe.platform.storage import fetch
+
+    src, dest = args.src, args.dest
+    if args.job:
+        if dest is None and src is not None:
+            src, dest = None, src  # `troupe fetch --job ID DEST`
+        if src is not None:
+            raise TroupeError("troupe fetch: give either SRC or --job ID, not both")
+        src = _job_run_dir(args.job, args.address)
+    if src is None or dest is None:
+        raise TroupeError("troupe fetch: give the run directory and a local folder: troupe fetch SRC DEST "
+                          "(or troupe fetch --job ID DEST)")
+    out = fetch(src, dest, checkpoints=args.checkpoints, force=args.force)
+    print(f"fetched {src} to {out}")
+    return 0
+
+
+def _job_run_dir(job_id: str, address: str | None) -> str:
+    """The run directory a `troupe run` job printed, when the client can reach it."""
+    from troupe.cluster.submit import connect, job_logs, run_dir_from_logs
+    from troupe.platform.storage import is_uri
+
+    where = run_dir_from_logs(job_logs(connect(address), job_id))
+    if where is None:
+        raise TroupeError(f"job {job_id} has not printed a run directory (it is still running, or it failed "
+                          f"before its run finished): see `troupe submit --follow-job {job_id}`")
+    if not is_uri(where) and not Path(where, "config.yaml").is_file():
+        raise TroupeError(
+            f"job {job_id} wrote its run to {where} on the cluster, which this machine cannot read. Submit runs "
+            "with run.out set to storage both can reach (a URI such as s3://bucket/runs or a shared mount), "
+            "then fetch them from there")
+    return where
+
+
 def _report(run_dir: str) -> int:
+    from troupe.platform.storage import RemoteRunDir, is_uri
+
+    if not is_uri(run_dir):
+        return _report_local(run_dir)
+    import tempfile
+
+    remote = RemoteRunDir(run_dir)
+    with tempfile.TemporaryDirectory(prefix="troupe-report-") as tmp:
+        local = remote.pull(Path(tmp) / remote.uri.rsplit("/", 1)[-1], checkpoints="none")  # keeps its name
+        rc = _report_local(str(local))
+        remote.push(local)  # the rebuilt report, plots and summary go back beside the run
+    return rc
+
+
+def _report_local(run_dir: str) -> int:
     from troupe.platform import config as cfglib
     from troupe.platform.driver import algorithm_class
     from troupe.platform.metrics import read_metrics

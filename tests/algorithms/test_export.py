@@ -43,12 +43,13 @@ def _write_run(run_dir, model_dir, learner, steps=(1, 3), arms=(), model=None):
     atomic_write_json(run_dir / "prepare.json", {"model_path": str(model_dir)})
     packed, meta = learner.get_state()
 
-    def fill(tmp):
-        for d in [tmp / a for a in arms] or [tmp]:
-            d.mkdir(exist_ok=True)
-            save_learner_state(d, packed, meta)
-
     for step in steps:
+        def fill(tmp, step=step):
+            for d in [tmp / a for a in arms] or [tmp]:
+                d.mkdir(exist_ok=True)
+                save_learner_state(d, packed, meta)
+            atomic_write_json(tmp / "driver.json", {"step": step})  # the driver writes it last
+
         CheckpointDir(run_dir / "checkpoints").write(step, fill)
     return run_dir
 
@@ -130,6 +131,22 @@ def test_export_of_a_bf16_run_is_a_bf16_model_with_the_learners_logprobs(tiny_mo
 def test_export_takes_the_step_asked_for(full_run, tmp_path):
     assert export(full_run, tmp_path / "model", step=1)["step"] == 1
     assert json.loads((tmp_path / "model" / "troupe_export.json").read_text())["step"] == 1
+
+
+def test_export_reads_a_run_kept_at_a_storage_uri(full_run, tmp_path, capsys):
+    from troupe.platform.storage import RemoteRunDir
+
+    remote = RemoteRunDir(f"file://{tmp_path}/shared/run")
+    remote.push(full_run)
+    for name in CheckpointDir(full_run / "checkpoints").names():
+        remote.push_checkpoint(full_run / "checkpoints" / name, keep=["step-00000001", "step-00000003"])
+    assert main(["export", remote.uri, str(tmp_path / "latest")]) == 0
+    assert main(["export", remote.uri, str(tmp_path / "first"), "--step", "1"]) == 0
+    assert "of step 3" in capsys.readouterr().out.splitlines()[0]
+    local = export(full_run, tmp_path / "local")
+    assert json.loads((tmp_path / "first" / "troupe_export.json").read_text())["step"] == 1
+    ours, theirs = (load_state_dict(d / "model.safetensors") for d in (tmp_path / "latest", tmp_path / "local"))
+    assert local["step"] == 3 and ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
 
 
 def test_export_carries_the_chat_template_the_run_was_given(tiny_model_dir, tmp_path):

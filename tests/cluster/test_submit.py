@@ -184,3 +184,21 @@ def test_submit_main_reports_an_unreachable_cluster():
     args = argparse.Namespace(address=f"http://127.0.0.1:{port}", list=True)
     with pytest.raises(ClusterUnreachableError):
         submit_main(args)
+
+
+def test_follow_keeps_the_last_run_directory_printed_even_split_across_writes():
+    import io
+
+    from troupe.cluster.submit import _Recorder, run_dir_from_logs, where_the_run_is
+
+    assert run_dir_from_logs("x\nrun directory: /a\nrun directory: s3://b/runs/grpo-1\nreport: ...") == (
+        "s3://b/runs/grpo-1")
+    assert run_dir_from_logs("no run here\n") is None
+    sink = io.StringIO()
+    rec = _Recorder(sink)
+    for piece in ["step 1\nrun dir", "ectory: gs://bucket/runs/bpo-2", "\nreport: gs://bucket/runs/bpo-2/report.md\n"]:
+        rec.write(piece)
+    assert rec.run_dir == "gs://bucket/runs/bpo-2" and sink.getvalue().startswith("step 1\nrun directory")
+    assert where_the_run_is(rec.run_dir, "job1").endswith("troupe fetch gs://bucket/runs/bpo-2 ./bpo-2")
+    assert "shared storage" in where_the_run_is("/tmp/ray/session/runs/x", "job1")
+    assert "printed no run directory" in where_the_run_is(None, "job1")

@@ -113,3 +113,81 @@ def test_troupe_report_rebuilds_the_report_from_the_run_directory_alone(tmp_path
     rebuilt = json.loads((out / "summary.json").read_text())
     assert rebuilt["final_position"] == first["final_position"] and rebuilt["wall_s"] == 1.5
     assert "## Walk result" in (out / "report.md").read_text()
+
+
+def test_a_run_kept_at_a_uri_mirrors_there_resumes_from_there_and_reports_there(tmp_path, monkeypatch, capsys):
+    """run.out as a storage URI (file:// standing for s3:// or gs://): the run works in a local
+    copy, everything lands at the URI, the copy is removed, and --resume, report and fetch
+    read from the URI alone."""
+    staging = tmp_path / "staging"
+    monkeypatch.setenv("TROUPE_STAGING_DIR", str(staging))
+    with Run("walk_test", out=tmp_path / "full", overrides=["run.progress=false", "run.steps=6"]) as run:
+        run.run()
+    shared = tmp_path / "shared"
+    uri = f"file://{shared}/runs"
+    with Run("walk_test", overrides=["run.progress=false", "run.steps=4", f"run.out={uri}"]) as run:
+        summary = run.run()
+        assert run.run_dir.is_relative_to(staging) and run.location.startswith(uri + "/walk_test-")
+    assert summary["run_dir"] == run.location and not run.run_dir.exists()
+    (remote,) = (shared / "runs").iterdir()
+    assert {"config.yaml", "metrics.jsonl", "report.md", "summary.json", "prepare.json"} <= {
+        p.name for p in remote.iterdir()}
+    assert (remote / "checkpoints" / "latest").read_text().strip() == "step-00000004"
+    assert sorted(p.name for p in (remote / "checkpoints").iterdir()) == ["latest", "step-00000002", "step-00000004"]
+    assert not [p for p in remote.rglob("*") if p.name.endswith(".tmp")]
+
+    with Run("walk_test", resume=f"file://{remote}", overrides=["run.steps=6"]) as run:
+        assert run.step_index == 4 and run.algo.position == 4.0 and run.location == f"file://{remote}"
+        run.run()
+
+    def rows(d):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")}
+                for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
+
+    assert rows(remote) == rows(tmp_path / "full")
+    assert sorted(p.name for p in (remote / "checkpoints").iterdir()) == ["latest", "step-00000004", "step-00000006"]
+    assert not list(staging.iterdir())  # every local copy is gone
+
+    (remote / "report.md").unlink()
+    assert main(["report", f"file://{remote}"]) == 0
+    assert "## Walk result" in (remote / "report.md").read_text()
+    assert main(["fetch", f"file://{remote}", str(tmp_path / "here"), "--checkpoints", "latest"]) == 0
+    here = tmp_path / "here"
+    assert rows(here) == rows(remote) and (here / "checkpoints" / "latest").read_text().strip() == "step-00000006"
+    assert sorted(p.name for p in (here / "checkpoints").iterdir()) == ["latest", "step-00000006"]
+    assert "fetched" in capsys.readouterr().out
+
+
+def test_a_run_that_fails_keeps_what_it_wrote_at_its_uri(tmp_path, monkeypatch):
+    monkeypatch.setenv("TROUPE_STAGING_DIR", str(tmp_path / "staging"))
+    uri = f"file://{tmp_path}/shared/run"
+    with Run("walk_test", out=uri, overrides=["run.progress=false", "run.steps=10"]) as run:
+        run.step()
+        run.step()
+        run.checkpoint()
+        run.step()  # after the checkpoint: pushed when the run closes, not lost with the local copy
+    rows = [json.loads(line) for line in (tmp_path / "shared" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "position" in r] == [0, 1, 2]
+    assert (tmp_path / "shared" / "run" / "checkpoints" / "step-00000002" / "walk.json").is_file()
+
+
+def test_an_unknown_storage_scheme_is_refused_naming_run_out(tmp_path):
+    with pytest.raises(ConfigError, match=r"run.out = 'ftp://host/runs'.*s3://"):
+        Run("walk_test", overrides=["run.out=ftp://host/runs"])
+    with pytest.raises(ConfigError, match=r"--resume 'file://.*/nothing': no config.yaml there"):
+        Run("walk_test", resume=f"file://{tmp_path}/nothing")
+
+
+def test_a_run_inside_a_jobs_temporary_working_directory_is_warned_about(tmp_path, monkeypatch, caplog):
+    job_dir = tmp_path / "session" / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
+    job_dir.mkdir(parents=True)
+    monkeypatch.chdir(job_dir)
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # what Ray sets in a job's driver
+    with caplog.at_level("WARNING", logger="troupe"), Run("walk_test", overrides=["run.progress=false"]) as run:
+        run.run()
+    assert "temporary working directory" in caplog.text and "run.out" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="troupe"), Run(
+            "walk_test", overrides=["run.progress=false", f"run.out=file://{tmp_path}/shared"]) as run:
+        run.run()
+    assert "temporary working directory" not in caplog.text

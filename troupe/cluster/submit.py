@@ -395,6 +395,35 @@ def follow_logs(client: JobSubmissionClient, job_id: str, out: TextIO | None = N
     return wait_for_job(client, job_id, timeout_s=60.0, poll_s=0.5)
 
 
+RUN_DIR_PREFIX = "run directory: "  # what `troupe run` prints when its run ends
+
+
+def run_dir_from_logs(logs: str) -> str | None:
+    """The run directory a `troupe run` job printed last, or None before it printed one."""
+    found = None
+    for line in logs.splitlines():
+        if line.startswith(RUN_DIR_PREFIX):
+            found = line[len(RUN_DIR_PREFIX):].strip()
+    return found
+
+
+class _Recorder:
+    """A text stream that passes writes on and keeps the last run directory printed."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.run_dir, self._tail = out, None, ""
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        lines = (self._tail + text).split("\n")
+        self._tail = lines.pop()
+        self.run_dir = run_dir_from_logs("\n".join(lines)) or self.run_dir
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 def stop_job(client: JobSubmissionClient, job_id: str) -> bool:
     """Ask the cluster to stop the job; False when it had already ended."""
     with _translated_errors(_url_of(client), _token_of(client)):
@@ -484,10 +513,25 @@ def submit_main(args: argparse.Namespace) -> int:
     if not getattr(args, "follow", False):
         print(f"follow: troupe submit --follow-job {job_id}    stop: troupe submit --stop {job_id}")
         return 0
+    recorder = _Recorder(sys.stdout)
     try:
-        status = follow_logs(client, job_id)
+        status = follow_logs(client, job_id, out=recorder)  # type: ignore[arg-type]
     except KeyboardInterrupt:
         print(f"\nstopped following; {job_id} keeps running (troupe submit --stop {job_id} ends it)")
         return 130
     print(f"{job_id}: {status}")
+    print(where_the_run_is(recorder.run_dir, job_id))
     return 0 if status == "SUCCEEDED" else 1
+
+
+def where_the_run_is(run_dir: str | None, job_id: str) -> str:
+    """The closing line of ``--follow``: where the job's run directory is and how to get it."""
+    from troupe.platform.storage import is_uri
+
+    if run_dir is None:
+        return f"{job_id} printed no run directory (see its log above)"
+    if is_uri(run_dir):
+        return f"run directory: {run_dir}\ncopy it here: troupe fetch {run_dir} ./{run_dir.rstrip('/').rsplit('/', 1)[-1]}"
+    return (f"run directory: {run_dir} (a path on the machine that ran the job; unless it is shared storage, "
+            "pass run.out=s3://bucket/runs or a shared mount to keep runs where you can reach them, then "
+            "`troupe fetch` them)")

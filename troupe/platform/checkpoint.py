@@ -118,6 +118,10 @@ class CheckpointDir:
         done = sorted(p for p in self.root.glob("step-*") if p.is_dir())
         return done[-1] if done else None
 
+    def names(self) -> list[str]:
+        """The complete ``step-<N>`` folders, oldest first."""
+        return sorted(p.name for p in self.root.glob("step-*") if p.is_dir())
+
     def _prune(self) -> None:
         done = sorted(p for p in self.root.glob("step-*") if p.is_dir())
         for old in done[: max(0, len(done) - self.keep)]:

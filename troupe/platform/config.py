@@ -36,7 +36,11 @@ class RunConfig:
     seed: int = 0
     eval_every: int = 10  # 0 disables periodic evaluation (a final one still runs)
     checkpoint_every: int = 50  # 0 keeps only the final checkpoint
+    # Where run directories go: a path (a shared mount works as it is) or a storage URI
+    # (s3://bucket/runs, gs://..., hdfs://..., file:///mnt/shared/runs) that the run mirrors its
+    # local copy to (troupe.platform.storage). A Ray job's own working directory is temporary.
     out: str = "runs"
+    sync_every_s: float = 60.0  # a URI run pushes changed files at least this often (and at checkpoints)
     address: str | None = None  # Ray address; None starts a private local cluster
     num_cpus: int | None = None  # CPUs of that local cluster; None lets Ray count them
     placement_timeout_s: float = 300.0
@@ -60,6 +64,10 @@ class RunConfig:
         check(self.placement_timeout_s > 0, "run.placement_timeout_s", self.placement_timeout_s, "> 0")
         check(self.call_timeout_s > 0, "run.call_timeout_s", self.call_timeout_s, "> 0")
         check(len(set(self.trackers)) == len(self.trackers), "run.trackers", self.trackers, "each tracker once")
+        check(self.sync_every_s >= 0, "run.sync_every_s", self.sync_every_s, ">= 0")
+        from troupe.platform.storage import check_location
+
+        check_location(self.out, "run.out")
 
 
 def check_registered(cfg: Any, prefix: str = "") -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from troupe.platform.placement import ActorGraph
 from troupe.platform.registry import ALGORITHMS
 from troupe.platform.report import write_report
 from troupe.platform.run import RunContext
+from troupe.platform.storage import RemoteRunDir, is_uri, join, staging_dir
 from troupe.platform.trackers import build_trackers
 
 log = logging.getLogger("troupe")
@@ -56,16 +58,29 @@ class Run:
     ) -> None:
         self.name = algorithm
         self.cls = algorithm_class(algorithm)
-        self.resume_dir = Path(resume) if resume else None
+        # A run kept at a URI works in a local copy (run_dir) that `remote` mirrors to `location`.
+        self.remote: RemoteRunDir | None = None
+        self.resume_dir = Path(resume) if resume and not is_uri(resume) else None
+        if resume and is_uri(resume):
+            self.remote = RemoteRunDir(str(resume))
+            if not self.remote.has("config.yaml"):
+                raise ConfigError(f"--resume {str(resume)!r}: no config.yaml there; is it a troupe run directory?")
+            self.resume_dir = self.remote.pull(staging_dir(algorithm), checkpoints="latest")
         if self.resume_dir is not None:
             self.config = self._config_from_run_dir(self.resume_dir, overrides)
             self.run_dir = self.resume_dir
-        elif config is not None:
-            self.config = config
-            self.run_dir = Path(out) if out else self._new_run_dir()
         else:
-            self.config = resolve_config(algorithm, preset, overrides)  # checks the registered names itself
-            self.run_dir = Path(out) if out else self._new_run_dir()
+            if config is not None:
+                self.config = config
+            else:
+                self.config = resolve_config(algorithm, preset, overrides)  # checks the registered names itself
+            where = str(out) if out else self._new_run_dir()
+            if is_uri(where):
+                self.remote = RemoteRunDir(where)
+                self.run_dir = staging_dir(algorithm)
+            else:
+                self.run_dir = Path(where)
+        self.location = self.remote.uri if self.remote else str(self.run_dir)
         if self.resume_dir is not None or config is not None:
             # Unknown names (a loss, a task, a backend) fail here, before any actor starts.
             cfglib.check_registered(self.config)
@@ -81,6 +96,7 @@ class Run:
         self._last_checkpoint: int | None = None
         self._started_ray = False
         self._t0 = time.monotonic()
+        self._last_push = self._t0
 
     # -- setup -------------------------------------------------------------------
     def _config_from_run_dir(self, run_dir: Path, overrides: list[str] | tuple[str, ...]) -> Any:
@@ -92,20 +108,23 @@ class Run:
             data = cfglib.merge(data, cfglib.parse_override(text))
         return cfglib.from_dict(self.cls.Config, data)
 
-    def _new_run_dir(self) -> Path:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = Path(self.config.run.out) / f"{self.name}-{stamp}"
-        path, i = base, 1
-        while path.exists():
-            path = base.with_name(f"{base.name}-{i}")
-            i += 1
-        return path
+    def _new_run_dir(self) -> str:
+        """``run.out/<algorithm>-<time>``, with a suffix when that name is taken."""
+        out = self.config.run.out
+        base = join(out, f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        taken = (lambda w: RemoteRunDir(w).exists()) if is_uri(out) else (lambda w: Path(w).exists())
+        where, i = base, 1
+        while taken(where):
+            where, i = f"{base}-{i}", i + 1
+        return where
 
     def start(self) -> Run:
         """Create the run directory and the graph; restore the last checkpoint on resume."""
         rc = self.config.run
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfglib.save_yaml(cfglib.to_dict(self.config), self.run_dir / "config.yaml")
+        self._warn_if_job_temporary()
+        self._push(force=True)  # the URI shows the run (its config) from its first second
         _seed_everything(rc.seed)
         try:
             self.metrics = MetricsLog(self.run_dir, self.trackers, cfglib.to_dict(self.config),
@@ -180,6 +199,8 @@ class Run:
             metrics.update(self.evaluate())
         if rc.checkpoint_every and self.step_index % rc.checkpoint_every == 0:
             self.checkpoint()
+        else:
+            self._push()
         return metrics
 
     def evaluate(self) -> dict[str, Any]:
@@ -197,8 +218,12 @@ class Run:
             atomic_write_json(tmp / "driver.json", {"step": self.step_index, "faults": self.faults,
                                                      "rng": _get_rng_state()})
 
-        path = CheckpointDir(self.ctx.checkpoints_dir).write(self.step_index, fill)
+        ckpts = CheckpointDir(self.ctx.checkpoints_dir)
+        path = ckpts.write(self.step_index, fill)
         self._last_checkpoint = self.step_index
+        if self.remote is not None:
+            self.remote.push_checkpoint(path, keep=ckpts.names())
+            self._push(force=True)  # the metrics and records that go with it
         return path
 
     def run(self) -> dict[str, Any]:
@@ -230,9 +255,31 @@ class Run:
         summary = dict(report.summary)
         summary.setdefault("faults", self.faults)
         summary["wall_s"] = round(time.monotonic() - self._t0, 2)
-        summary["run_dir"] = str(self.run_dir)
+        summary["run_dir"] = self.location
         write_report(self.run_dir, self.name, cfglib.to_dict(self.config), summary, report.sections)
+        self._push(force=True)
         return summary
+
+    # -- storage -------------------------------------------------------------------
+    def _push(self, force: bool = False) -> None:
+        """Mirror the local copy to the run's URI: always when ``force``, else at most every
+        ``run.sync_every_s``."""
+        if self.remote is None or not (force or time.monotonic() - self._last_push >= self.config.run.sync_every_s):
+            return
+        n = self.remote.push(self.run_dir)
+        self._last_push = time.monotonic()
+        log.debug("pushed %d files to %s", n, self.location)
+
+    def _warn_if_job_temporary(self) -> None:
+        """A Ray job's driver runs in a working directory the cluster deletes: say so when the
+        run directory is inside it."""
+        if self.remote is not None or "RAY_JOB_CONFIG_JSON_ENV_VAR" not in os.environ:
+            return
+        cwd = Path.cwd().resolve()
+        if self.run_dir.resolve().is_relative_to(cwd) and "runtime_resources" in cwd.parts:
+            log.warning("run directory %s is inside this Ray job's temporary working directory, which the "
+                        "cluster may delete: set run.out (or --out) to shared storage or a URI "
+                        "(s3://bucket/runs, gs://..., file:///mnt/shared/runs)", self.run_dir.resolve())
 
     # -- teardown ------------------------------------------------------------------
     def close(self) -> None:
@@ -246,11 +293,20 @@ class Run:
             self.graph = None
         if self.metrics is not None:
             self.metrics.close()
+            self.metrics = None
         if self._started_ray:
             import ray
 
             ray.shutdown()
             self._started_ray = False
+        if self.remote is not None and self.run_dir.exists():
+            try:  # what the run wrote after its last push (the trackers' last records, a crash's metrics)
+                self.remote.push(self.run_dir)
+            except Exception as e:
+                log.warning("the local copy %s could not be pushed to %s and is kept: %s",
+                            self.run_dir, self.location, e)
+            else:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def __enter__(self) -> Run:
         return self.start()
