@@ -1,0 +1,1 @@
+"""Receiver-relative bounded coordination (ALGORITHMS.md §D): its simulator and its selector."""
