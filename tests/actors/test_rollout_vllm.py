@@ -567,3 +567,30 @@ def test_nccl_broadcast_from_another_gpu_delivers_the_object_store_weights(engin
         if sender.poll() is None:
             sender.kill()
         restore_base(engine, base_state)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_vllm_agent_turns_extend_the_same_ids_as_the_hf_engine_and_the_learner_rescores_them(engine, vllm_model_dir):
+    from langgraph.graph import END, START, StateGraph
+
+    from troupe.algorithms.agents.episodes import EngineClient, agent_node, run_episodes
+    from troupe.algorithms.agents.transcript import transcripts_to_batch
+
+    def ask(state):
+        return ([{"role": "user", "content": state["q"]}] if not state.get("n") else
+                [{"role": "user", "content": "again"}])
+
+    graph = StateGraph(dict)
+    graph.add_node("act", agent_node("a", ask, lambda s, text: {"n": s.get("n", 0) + 1}))
+    graph.add_edge(START, "act")
+    graph.add_conditional_edges("act", lambda s: "end" if s["n"] >= 2 else "act", {"end": END, "act": "act"})
+    out = run_episodes(graph, [{"q": p} for p in PROMPTS], {"a": EngineClient([engine], SAMPLING)})
+    assert all(e.ok for e in out.episodes)
+    transcripts = [t for _, t in out.transcripts("a")]
+    hf = HFRolloutEngine(vllm_model_dir, dtype=DTYPE, device="cuda")
+    first = hf.generate_turns([None] * len(PROMPTS), [[{"role": "user", "content": p}] for p in PROMPTS], SAMPLING)
+    assert [t.prompt_ids for t in transcripts] == first["context_ids"]
+    batch = transcripts_to_batch(transcripts)
+    m = batch["completion_mask"].bool()
+    assert_logprobs_close(gpu_learner(vllm_model_dir).logprobs(batch), batch["logprobs"], m)

@@ -34,7 +34,10 @@ def completion_forward(
     p_ids, p_mask = batch["prompt_ids"], batch["prompt_mask"]
     c_ids, c_mask = batch["completion_ids"], batch["completion_mask"]
     input_ids = torch.cat([p_ids, c_ids], 1)
-    attn = torch.cat([p_mask, c_mask], 1)
+    # A multi-turn episode's completion holds tokens the model reads but did not write (a tool's
+    # result, another agent's message): they are attended to (completion_attention_mask) and
+    # left out of the loss (completion_mask).
+    attn = torch.cat([p_mask, batch.get("completion_attention_mask", c_mask)], 1)
     extra = {}
     if "video_grid_thw" in batch:
         from troupe.actors.vision import video_inputs

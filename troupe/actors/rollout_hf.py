@@ -27,6 +27,7 @@ from troupe.actors.sampling import (
     check_option_letters,
     letter_token_id,
     sampling_and_rows,
+    turn_prompts,
 )
 from troupe.actors.transport import lora as lora_transport
 from troupe.actors.transport import object_store
@@ -83,10 +84,43 @@ class HFRolloutEngine:
         sampling = sampling_and_rows(sampling, prompts, rows)
         check_option_letters(option_letters, prompts)
         t0 = time.perf_counter()
-        tok = self.tokenizer
         shown, video = self._with_videos(prompts, rows)
         # A row's chat turns are its prompt, except where its video placeholders were put into the text.
         enc = {k: v.to(self.device) for k, v in self._encode(shown, None if video else rows).items()}
+        return self._sample(enc, prompts, rows, sampling, seed, option_letters, video, t0)
+
+    @torch.no_grad()
+    def generate_turns(self, contexts: list[list[int] | None], messages: list[list[dict]],
+                       sampling: SamplingConfig | dict, seed: int | None = None) -> Batch:
+        """One turn of many multi-turn conversations, token in, token out.
+
+        Row i continues ``contexts[i]`` (the token ids the conversation holds so far: its first
+        prompt, then every completion and every turn appended; None or [] for a first turn) with
+        the chat turns ``messages[i]`` (role/content dicts, e.g. a tool's result as a ``user``
+        turn) in this tokenizer's chat template, then samples the agent's next turn. Working on
+        ids, never re-tokenized text, keeps the conversation the learner re-scores identical to
+        the one sampled. The Batch is `generate`'s, with ``prompt_ids`` the whole context, plus
+        objects ``appended_ids`` (the ids this call added before sampling) and ``context_ids``."""
+        sampling = sampling_and_rows(sampling, messages, None)
+        t0 = time.perf_counter()
+        tok = self.tokenizer
+        full, appended = turn_prompts(tok, contexts, messages, self.chat)
+        width = max(len(x) for x in full)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        ids = torch.tensor([[pad] * (width - len(x)) + x for x in full])
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in full])
+        enc = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+        prompts = [turns[-1]["content"] if turns else "" for turns in messages]
+        batch = self._sample(enc, prompts, None, sampling, seed, None, {}, t0)
+        batch["appended_ids"] = appended
+        batch["context_ids"] = full
+        return batch
+
+    def _sample(self, enc: dict[str, torch.Tensor], prompts: list[str], rows: list[dict] | None,
+                sampling: SamplingConfig, seed: int | None, option_letters: list[str] | None,
+                video: dict[str, torch.Tensor], t0: float) -> Batch:
+        """Sample from the encoded prompts ``enc`` (left-padded ids and mask) and build the Batch."""
+        tok = self.tokenizer
         model_inputs = dict(enc)
         if video:
             model_inputs.update(video_inputs(self.model.config, enc["input_ids"],

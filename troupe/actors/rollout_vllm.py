@@ -80,6 +80,7 @@ from troupe.actors.sampling import (  # noqa: F401  (chat_format: part of this m
     check_option_letters,
     letter_token_id,
     sampling_and_rows,
+    turn_prompts,
 )
 from troupe.actors.transport import nccl
 from troupe.actors.transport.base import WeightUpdate
@@ -400,13 +401,39 @@ class VLLMRolloutEngine:
         tok = self.tokenizer
         prompt_ids, prompt_mask, unpadded = encode_prompts(tok, chat_format(tok, prompts, self.chat, rows))
         params = [self._sampling_params(**kw) for kw in sampling_kwargs(sampling, len(prompts), seed, tok.eos_token_id)]
+        batch = self._sample(unpadded, prompt_ids, prompt_mask, params, prompts, rows, sampling, t0)
+        if option_letters is not None:
+            batch["option_logprobs"] = self._option_logprobs(unpadded, option_letters)
+        return batch
+
+    def generate_turns(self, contexts: list[list[int] | None], messages: list[list[dict]],
+                       sampling: SamplingConfig | dict, seed: int | None = None) -> Batch:
+        """One turn of many multi-turn conversations, token in, token out: the hf engine's
+        `generate_turns`, with the same prompts (`turn_prompts`)."""
+        sampling = sampling_and_rows(sampling, messages, None)
+        t0 = time.perf_counter()
+        tok = self.tokenizer
+        full, appended = turn_prompts(tok, contexts, messages, self.chat)
+        width = max(len(x) for x in full)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        prompt_ids = torch.tensor([[pad] * (width - len(x)) + x for x in full])
+        prompt_mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in full])
+        params = [self._sampling_params(**kw) for kw in sampling_kwargs(sampling, len(full), seed, tok.eos_token_id)]
+        prompts = [turns[-1]["content"] if turns else "" for turns in messages]
+        batch = self._sample(full, prompt_ids, prompt_mask, params, prompts, None, sampling, t0)
+        batch["appended_ids"] = appended
+        batch["context_ids"] = full
+        return batch
+
+    def _sample(self, unpadded: list[list[int]], prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: list[Any],
+                prompts: list[str], rows: list[dict] | None, sampling: SamplingConfig, t0: float) -> Batch:
+        """Sample from token-id prompts and build the Batch."""
+        tok = self.tokenizer
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in unpadded], params, use_tqdm=False)
         tokens, logprobs = read_outputs(outputs, tok, sampling.stop)
         completion, mask, lps = completion_tensors(tokens, logprobs, tok.pad_token_id)
         tensors = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion,
                    "completion_mask": mask, "logprobs": lps}
-        if option_letters is not None:
-            tensors["option_logprobs"] = self._option_logprobs(unpadded, option_letters)
         return Batch(
             tensors,
             {"prompt": list(prompts), "completion": decode_completions(tok, completion, mask, sampling.stop),

@@ -60,6 +60,57 @@ def chat_format(tokenizer: Any, prompts: Sequence[str], chat: bool = True,
             for p, r in zip(prompts, rows, strict=True)]
 
 
+_PROBE_USER, _PROBE_AGENT = "troupe-probe-user", "troupe-probe-agent"
+
+
+def continuation_text(tokenizer: Any, turns: Sequence[Mapping[str, str]], ended: bool) -> str:
+    """The text that follows an agent's completion when ``turns`` (role/content dicts) join the
+    conversation: the rest of the agent's turn (its template's end-of-turn text, less the EOS
+    token the completion already ended with when ``ended``), the new turns in the chat template,
+    and the generation prompt of the agent's next turn. Found from the template itself, on a
+    probe conversation, so any template that renders a conversation as the prefix of its
+    continuation works (ChatML, Llama 3, ...). Without a template the turns' texts follow as they are."""
+    if tokenizer.chat_template is None:
+        return "".join(t["content"] for t in turns)
+    for t in turns:
+        if set(t) - {"role", "content"} or "role" not in t or "content" not in t:
+            raise ValueError(f"a chat turn is a dict with 'role' and 'content'; got {dict(t)!r}")
+    probe = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_AGENT}]
+    base = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False)
+    whole = tokenizer.apply_chat_template([*probe, *turns], tokenize=False, add_generation_prompt=True)
+    if not whole.startswith(base) or _PROBE_AGENT not in base:
+        raise ValueError("this chat template does not render a conversation as the prefix of its continuation, "
+                         "so multi-turn episodes cannot extend token ids; set model.chat_template to one that does")
+    end = base[base.rindex(_PROBE_AGENT) + len(_PROBE_AGENT):]  # e.g. "<|im_end|>\n"
+    eos = tokenizer.eos_token or ""
+    if ended and eos and end.startswith(eos):
+        end = end[len(eos):]
+    return end + whole[len(base):]
+
+
+def turn_prompts(tokenizer: Any, contexts: Sequence[Sequence[int] | None],
+                 messages: Sequence[Sequence[Mapping[str, str]]], chat: bool = True) -> tuple[list[list[int]], list[list[int]]]:
+    """The whole prompt ids of each conversation's next turn, and the ids added to it: a first
+    turn (no context) is its messages in the chat template with the generation prompt; a later
+    one is its context followed by `continuation_text` of its messages. Every engine's
+    ``generate_turns`` builds its prompts here, so the backends agree token for token."""
+    if len(contexts) != len(messages):
+        raise ValueError(f"generate_turns: {len(contexts)} contexts for {len(messages)} message lists")
+    full, appended = [], []
+    for ctx, turns in zip(contexts, messages, strict=True):
+        if not ctx:
+            text = (tokenizer.apply_chat_template(list(turns), tokenize=False, add_generation_prompt=True)
+                    if chat and tokenizer.chat_template else "".join(t["content"] for t in turns))
+            add = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+            full.append(add)
+        else:
+            ended = ctx[-1] == tokenizer.eos_token_id
+            add = list(tokenizer(continuation_text(tokenizer, list(turns), ended), add_special_tokens=False)["input_ids"])
+            full.append([*ctx, *add])
+        appended.append(add)
+    return full, appended
+
+
 def check_option_letters(option_letters: list[str] | None, prompts: list[str]) -> None:
     if option_letters is not None and len(option_letters) != len(prompts):
         raise ValueError(f"generate: {len(option_letters)} option_letters for {len(prompts)} prompts")
