@@ -60,6 +60,18 @@ if [ -f "$out/grpo-vllm/summary.json" ]; then
   cp "$out/grpo-vllm/summary.json" "$out/grpo-vllm-summary.json"
 fi
 
+# The run exported as a Hugging Face model directory, then loaded and served by vLLM itself
+# (what `vllm serve OUT` does first): the export's config, tokenizer and bf16 safetensors.
+step export-vllm-load bash -c '
+"$1/bin/troupe" export "$2/grpo-vllm" "$2/grpo-export" --force &&
+"$1/bin/python" -c "
+import sys
+from vllm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], dtype=\"bfloat16\", gpu_memory_utilization=0.3, enforce_eager=True)
+out = llm.chat([{\"role\": \"user\", \"content\": \"12+34=\"}], SamplingParams(max_tokens=8, temperature=0))
+print(\"vllm served the export:\", repr(out[0].outputs[0].text))
+" "$2/grpo-export"' _ "$venv" "$out"
+
 # The one-GPU BPO preset (bf16, LoRA, a hub-format Qwen2.5-VL checkpoint) on a tiny model of that
 # architecture: the hub model cannot be downloaded here, the code path is the same.
 step tiny-vl-hub "$venv/bin/python" -c '
