@@ -25,6 +25,7 @@ from troupe.actors.sampling import (
     SamplingConfig,
     chat_format,
     check_option_letters,
+    left_padded,
     letter_token_id,
     sampling_and_rows,
     turn_prompts,
@@ -105,10 +106,7 @@ class HFRolloutEngine:
         t0 = time.perf_counter()
         tok = self.tokenizer
         full, appended = turn_prompts(tok, contexts, messages, self.chat)
-        width = max(len(x) for x in full)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        ids = torch.tensor([[pad] * (width - len(x)) + x for x in full])
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in full])
+        ids, mask = left_padded(full, tok.pad_token_id)
         enc = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
         prompts = [turns[-1]["content"] if turns else "" for turns in messages]
         batch = self._sample(enc, prompts, None, sampling, seed, None, {}, t0)

@@ -78,6 +78,7 @@ from troupe.actors.sampling import (  # noqa: F401  (chat_format: part of this m
     SamplingConfig,
     chat_format,
     check_option_letters,
+    left_padded,
     letter_token_id,
     sampling_and_rows,
     turn_prompts,
@@ -414,10 +415,7 @@ class VLLMRolloutEngine:
         t0 = time.perf_counter()
         tok = self.tokenizer
         full, appended = turn_prompts(tok, contexts, messages, self.chat)
-        width = max(len(x) for x in full)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        prompt_ids = torch.tensor([[pad] * (width - len(x)) + x for x in full])
-        prompt_mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in full])
+        prompt_ids, prompt_mask = left_padded(full, tok.pad_token_id)
         params = [self._sampling_params(**kw) for kw in sampling_kwargs(sampling, len(full), seed, tok.eos_token_id)]
         prompts = [turns[-1]["content"] if turns else "" for turns in messages]
         batch = self._sample(full, prompt_ids, prompt_mask, params, prompts, None, sampling, t0)

@@ -111,6 +111,17 @@ def turn_prompts(tokenizer: Any, contexts: Sequence[Sequence[int] | None],
     return full, appended
 
 
+def left_padded(seqs: Sequence[Sequence[int]], pad_id: int | None) -> tuple[Any, Any]:
+    """Left-padded ``[B, T]`` ids and attention mask of token-id prompts (as generate takes them)."""
+    import torch
+
+    width = max(len(x) for x in seqs)
+    pad = pad_id if pad_id is not None else 0
+    ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in seqs])
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in seqs])
+    return ids, mask
+
+
 def check_option_letters(option_letters: list[str] | None, prompts: list[str]) -> None:
     if option_letters is not None and len(option_letters) != len(prompts):
         raise ValueError(f"generate: {len(option_letters)} option_letters for {len(prompts)} prompts")
