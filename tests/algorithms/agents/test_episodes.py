@@ -199,3 +199,38 @@ def test_grpo_through_two_turn_episodes_raises_the_agents_reward(tiny_model_dir)
         learner.update(batch, {"advantages": adv})
         engine.install_state(learner.model.state_dict())
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.3, rewards
+
+
+@pytest.mark.timeout(300)
+def test_grpo_through_episodes_on_the_actor_graph_with_its_weight_sync(ray_local, tiny_model_dir):
+    """The same training, on the policy graph a GRPO run builds: engine actors answer the
+    agent's turns, the learner actor updates on the episode rows, and its weights reach the
+    engines through the run's transport before the next episodes."""
+    from troupe.algorithms.policy_graph import PolicyGraph
+    from troupe.platform.driver import resolve_config
+    from troupe.platform.placement import ActorGraph
+
+    cfg = resolve_config("grpo", "smoke", ["learner.lr=0.03", "rollout.sampling.temperature=1.0",
+                                           "rollout.sampling.max_new_tokens=4", "rollout.num_engines=2"])
+    policy = PolicyGraph(cfg, tiny_model_dir)
+    graph = ActorGraph(policy.roles(), 120, 120).start()
+    try:
+        policy.setup(graph)
+        client = EngineClient(policy.role("rollout").handles, cfg.rollout.sampling, timeout_s=120)
+        G, rewards, versions = 8, [], []
+        for step in range(10):
+            out = run_episodes(_three_turns(turns=2), [{"question": f"{a}+{a}="} for a in range(2) for _ in range(G)],
+                               {"executor": client}, seed=step)
+            assert all(e.ok for e in out.episodes)
+            r = torch.tensor([sum(c.isascii() and c.isalnum() for c in e.state["replies"][-1])
+                              / max(len(e.state["replies"][-1]), 1) for e in out.episodes]).view(-1, G)
+            rewards.append(float(r.mean()))
+            batch = transcripts_to_batch([t for _, t in out.transcripts("executor")])
+            versions.append(batch.meta["version"])
+            adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)).flatten()
+            metrics = policy.update_and_sync([ray_local.put(batch)], {"advantages": adv}).result()
+            assert metrics["ratio/mean"] == pytest.approx(1.0, abs=1e-3)  # the learner re-scores what was sampled
+    finally:
+        graph.shutdown()
+    assert versions == list(range(10))  # each step's episodes ran on the weights of the update before
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.15, rewards
