@@ -234,3 +234,26 @@ def test_grpo_through_episodes_on_the_actor_graph_with_its_weight_sync(ray_local
         graph.shutdown()
     assert versions == list(range(10))  # each step's episodes ran on the weights of the update before
     assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.15, rewards
+
+
+@pytest.mark.timeout(60)
+def test_a_hung_tool_node_times_out_its_own_episode_and_the_others_finish(engine):
+    def tool(state: State) -> dict[str, Any]:
+        if state["question"] == "hang":
+            time.sleep(8)  # a sync tool that never answers in time (LangGraph runs it in a thread)
+        return {}
+
+    graph = StateGraph(State)
+    graph.add_node("act", agent_node("executor", _ask, _record))
+    graph.add_node("tool", tool)
+    graph.add_edge(START, "act")
+    graph.add_edge("act", "tool")
+    graph.add_conditional_edges("tool", lambda s: "end" if s["turn"] >= 2 else "act", {"act": "act", "end": END})
+    t = time.monotonic()
+    out = run_episodes(graph, [{"question": q} for q in ("ok", "hang", "fine")],
+                       {"executor": EngineClient([engine], SAMPLING)}, episode_timeout_s=2.0)
+    assert time.monotonic() - t < 7  # the others waited on the flush timer, not on the hung tool
+    assert [e.status for e in out.episodes] == ["done", "timeout", "done"]
+    assert out.timed_out[0].transcripts["executor"].turns == 1 and "episode_timeout_s=2.0" in out.timed_out[0].error
+    with pytest.raises(AgentGraphError, match="episode_timeout_s = 0"):
+        run_episodes(graph, [{"question": "x"}], {"executor": EngineClient([engine], SAMPLING)}, episode_timeout_s=0)

@@ -52,7 +52,7 @@ class Episode:
     index: int
     state: dict[str, Any]
     transcripts: dict[str, Transcript]
-    status: str = "done"  # done | failed | turn_limit
+    status: str = "done"  # done | failed | turn_limit | timeout
     error: str | None = None
     graph_steps: int = 0
 
@@ -75,6 +75,10 @@ class EpisodeResults:
     @property
     def over_turn_limit(self) -> list[Episode]:
         return [e for e in self.episodes if e.status == "turn_limit"]
+
+    @property
+    def timed_out(self) -> list[Episode]:
+        return [e for e in self.episodes if e.status == "timeout"]
 
     def transcripts(self, agent: str) -> list[tuple[int, Transcript]]:
         """(episode index, transcript) of every episode in which ``agent`` took a turn."""
@@ -244,8 +248,16 @@ def agent_node(agent: str, messages: MessagesFn, on_reply: ReplyFn) -> Callable[
 
 @dataclasses.dataclass
 class _EpisodeRun:
+    """What one running episode has so far (kept when it times out)."""
+
     clients: Mapping[str, EngineClient]
     transcripts: dict[str, Transcript]
+    state: dict[str, Any]
+    chunks: int = 0
+
+    @property
+    def steps(self) -> int:
+        return max(self.chunks - 1, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,47 +304,71 @@ def check_graph(graph: Any, clients: Mapping[str, EngineClient], turn_limit: int
 
 
 def run_episodes(graph: Any, states: Sequence[dict[str, Any]], clients: Mapping[str, EngineClient],
-                 seed: int = 0, turn_limit: int = 16, flush_after_s: float = 2.0) -> EpisodeResults:
+                 seed: int = 0, turn_limit: int = 16, flush_after_s: float = 2.0,
+                 episode_timeout_s: float | None = None) -> EpisodeResults:
     """Run one episode per initial state in ``states`` through ``graph`` (a `StateGraph`,
-    compiled here), all at once; ``turn_limit`` bounds each episode's graph steps."""
+    compiled here), all at once; ``turn_limit`` bounds each episode's graph steps and
+    ``episode_timeout_s`` its time (an episode past it ends as ``timeout``: a hung tool node
+    holds up its own episode only)."""
     check_graph(graph, clients, turn_limit)
+    if episode_timeout_s is not None and episode_timeout_s <= 0:
+        raise AgentGraphError(f"episode_timeout_s = {episode_timeout_s!r}: expected a number of seconds > 0 (or None)")
     compiled = graph.compile()
     t0 = time.perf_counter()
-    episodes = asyncio.run(_run_all(compiled, list(states), clients, turn_limit, seed, flush_after_s))
+    episodes = _run_loop(_run_all(compiled, list(states), clients, turn_limit, seed, flush_after_s,
+                                  episode_timeout_s))
     return EpisodeResults(episodes, sum(c.calls for c in clients.values()),
                           sum(c.retried for c in clients.values()), time.perf_counter() - t0)
 
 
+def _run_loop(main: Awaitable[list[Episode]]) -> list[Episode]:
+    """``asyncio.run`` without joining the default executor at the end: LangGraph runs a sync node
+    in a thread, and a hung one must not hold up the step after its episode timed out."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
 async def _run_all(compiled: Any, states: list[dict[str, Any]], clients: Mapping[str, EngineClient],
-                   turn_limit: int, seed: int, flush_after_s: float) -> list[Episode]:
+                   turn_limit: int, seed: int, flush_after_s: float, timeout_s: float | None) -> list[Episode]:
     scheduler = _Scheduler(list(clients.values()), len(states), flush_after_s)
     for c in clients.values():
         c.reset(seed, scheduler)
 
     async def one(i: int, s: dict[str, Any]) -> Episode:
+        run = _EpisodeRun(clients, {}, dict(s))
         try:
-            return await _run_one(compiled, i, s, clients, turn_limit)
+            return await asyncio.wait_for(_run_one(compiled, i, s, run, turn_limit), timeout_s)
+        except asyncio.TimeoutError:
+            return Episode(i, run.state, run.transcripts, "timeout", f"exceeded episode_timeout_s={timeout_s}",
+                           run.steps)
         finally:
             scheduler.episode_ended()
 
     return list(await asyncio.gather(*(one(i, s) for i, s in enumerate(states))))
 
 
-async def _run_one(compiled: Any, index: int, state: dict[str, Any], clients: Mapping[str, EngineClient],
+async def _run_one(compiled: Any, index: int, state: dict[str, Any], run: _EpisodeRun,
                    turn_limit: int) -> Episode:
     from langgraph.errors import GraphRecursionError
 
-    run = _EpisodeRun(clients, {})
     config = {"configurable": {"troupe_episode": run}, "recursion_limit": turn_limit}
-    steps = 0
-    final = dict(state)
     try:
+        # stream_mode="values" yields the initial state, then the state after each graph step
         async for chunk in compiled.astream(dict(state), config, stream_mode="values"):
-            final = chunk
-            steps += 1
+            run.state = chunk
+            run.chunks += 1
     except GraphRecursionError:
-        return Episode(index, final, run.transcripts, "turn_limit", f"exceeded turn_limit={turn_limit}",
-                       max(steps - 1, 0))
+        return Episode(index, run.state, run.transcripts, "turn_limit", f"exceeded turn_limit={turn_limit}",
+                       run.steps)
     except Exception as e:  # a node's error ends its episode, never the step
-        return Episode(index, final, run.transcripts, "failed", f"{type(e).__name__}: {e}", max(steps - 1, 0))
-    return Episode(index, final, run.transcripts, "done", None, max(steps - 1, 0))
+        return Episode(index, run.state, run.transcripts, "failed", f"{type(e).__name__}: {e}", run.steps)
+    return Episode(index, run.state, run.transcripts, "done", None, run.steps)
