@@ -251,7 +251,7 @@ def test_a_hung_tool_node_times_out_its_own_episode_and_the_others_finish(engine
     graph.add_conditional_edges("tool", lambda s: "end" if s["turn"] >= 2 else "act", {"act": "act", "end": END})
     t = time.monotonic()
     out = run_episodes(graph, [{"question": q} for q in ("ok", "hang", "fine")],
-                       {"executor": EngineClient([engine], SAMPLING)}, episode_timeout_s=2.0)
+                       {"executor": EngineClient([engine], SAMPLING)}, episode_timeout_s=2.0, flush_after_s=0.2)
     assert time.monotonic() - t < 7  # the others waited on the flush timer, not on the hung tool
     assert [e.status for e in out.episodes] == ["done", "timeout", "done"]
     assert out.timed_out[0].transcripts["executor"].turns == 1 and "episode_timeout_s=2.0" in out.timed_out[0].error
