@@ -45,6 +45,17 @@ def _three_turns(agent: str = "executor", turns: int = 3) -> StateGraph:
     return graph
 
 
+def _act_then(node: Any, route: Any) -> StateGraph:
+    """The agent acts, then ``node`` (an environment or tool) runs, then ``route`` says act or end."""
+    graph = StateGraph(State)
+    graph.add_node("act", agent_node("executor", _ask, _record))
+    graph.add_node("env", node)
+    graph.add_edge(START, "act")
+    graph.add_edge("act", "env")
+    graph.add_conditional_edges("env", route, {"act": "act", "end": END})
+    return graph
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
     return HFRolloutEngine(tiny_model_dir)
@@ -138,14 +149,8 @@ def test_a_node_error_or_a_runaway_loop_ends_only_that_episode(engine):
             raise KeyError("no such tool")
         return {}
 
-    graph = StateGraph(State)
-    graph.add_node("act", agent_node("executor", _ask, _record))
-    graph.add_node("env", env)
-    graph.add_edge(START, "act")
-    graph.add_edge("act", "env")
     # "loop" never ends by itself: the turn limit ends it
-    graph.add_conditional_edges("env", lambda s: "act" if s["question"] == "loop" or s["turn"] < 2 else "end",
-                                {"act": "act", "end": END})
+    graph = _act_then(env, lambda s: "act" if s["question"] == "loop" or s["turn"] < 2 else "end")
     out = run_episodes(graph, [{"question": q} for q in ("ok", "bad", "loop")],
                        {"executor": EngineClient([engine], SAMPLING)}, turn_limit=9)
     assert [e.status for e in out.episodes] == ["done", "failed", "turn_limit"]
@@ -243,12 +248,7 @@ def test_a_hung_tool_node_times_out_its_own_episode_and_the_others_finish(engine
             time.sleep(8)  # a sync tool that never answers in time (LangGraph runs it in a thread)
         return {}
 
-    graph = StateGraph(State)
-    graph.add_node("act", agent_node("executor", _ask, _record))
-    graph.add_node("tool", tool)
-    graph.add_edge(START, "act")
-    graph.add_edge("act", "tool")
-    graph.add_conditional_edges("tool", lambda s: "end" if s["turn"] >= 2 else "act", {"act": "act", "end": END})
+    graph = _act_then(tool, lambda s: "end" if s["turn"] >= 2 else "act")
     t = time.monotonic()
     out = run_episodes(graph, [{"question": q} for q in ("ok", "hang", "fine")],
                        {"executor": EngineClient([engine], SAMPLING)}, episode_timeout_s=2.0, flush_after_s=0.2)

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from troupe.platform.batch import Batch, pad_left, pad_right
+from troupe.actors.sampling import left_padded
+from troupe.platform.batch import Batch
 
 
 @dataclasses.dataclass
@@ -67,21 +68,19 @@ def transcripts_to_batch(transcripts: Sequence[Transcript], rows: Sequence[dict[
     empty = [i for i, t in enumerate(transcripts) if not t.turns]
     if empty:
         raise ValueError(f"transcripts {empty} hold no turn; leave them out of the batch")
-    p_width = max(len(t.prompt_ids) for t in transcripts)
-    c_width = max(max(len(t.ids) for t in transcripts), 1)
+    width = max(len(t.ids) for t in transcripts)  # every transcript has a turn, so width >= 1
 
-    def stack(seqs: list[list[Any]], width: int, left: bool, dtype: torch.dtype, fill: Any = 0) -> torch.Tensor:
-        pad = pad_left if left else pad_right
-        return torch.cat([pad(torch.tensor([s], dtype=dtype), width, fill) if s else
-                          torch.full((1, width), fill, dtype=dtype) for s in seqs], 0)
+    def right(seqs: list[list[Any]], dtype: torch.dtype, fill: Any = 0) -> torch.Tensor:
+        return torch.tensor([[*x, *[fill] * (width - len(x))] for x in seqs], dtype=dtype)
 
+    prompt_ids, prompt_mask = left_padded([t.prompt_ids for t in transcripts], pad_id)  # as the engines pad
     tensors = {
-        "prompt_ids": stack([t.prompt_ids for t in transcripts], p_width, True, torch.long, pad_id),
-        "prompt_mask": stack([[1] * len(t.prompt_ids) for t in transcripts], p_width, True, torch.long),
-        "completion_ids": stack([t.ids for t in transcripts], c_width, False, torch.long, pad_id),
-        "completion_mask": stack([t.produced for t in transcripts], c_width, False, torch.long),
-        "completion_attention_mask": stack([[1] * len(t.ids) for t in transcripts], c_width, False, torch.long),
-        "logprobs": stack([t.logprobs for t in transcripts], c_width, False, torch.float32),
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": right([t.ids for t in transcripts], torch.long, pad_id),
+        "completion_mask": right([t.produced for t in transcripts], torch.long),
+        "completion_attention_mask": right([[1] * len(t.ids) for t in transcripts], torch.long),
+        "logprobs": right([t.logprobs for t in transcripts], torch.float32, 0.0),
     }
     rows = list(rows) if rows is not None else [{"agent": t.agent} for t in transcripts]
     objects = {"prompt": [""] * len(transcripts),
