@@ -84,7 +84,7 @@ def test_a_persona_with_the_wrong_dimension_is_a_clear_error():
 def test_a_persona_that_is_not_a_unit_vector_is_named():
     w = sample_personas(CFG, 3, "train", np.random.default_rng(0))
     w[2] *= 2
-    with pytest.raises(ConfigError, match=r"persona 2 has norm 2: personas are unit vectors|persona 2 has norm 2;"):
+    with pytest.raises(ConfigError, match=r"persona 2 has norm 2; personas are unit vectors: divide it by its norm"):
         check_personas(CFG, w)
 
 

@@ -83,3 +83,18 @@ def test_a_persona_with_the_wrong_dimension_is_a_clear_error():
 def test_text_personas_need_eight_features():
     with pytest.raises(ConfigError, match=r"personas.dim=6: text responses have 8 attributes"):
         TextPersonas(PersonaConfig(dim=6, seen_dims=4))
+
+
+def test_the_length_feature_is_standardised_by_the_closed_form_of_the_drawn_counts():
+    # 8 word classes and numbers, each uniform on {lo..hi}: mean Σ(lo+hi)/2, variance Σ((hi−lo+1)²−1)/12
+    assert GEN.center[0] == 10 + 4 + 2 * 5 + 4
+    assert GEN.scale[0] ** 2 == pytest.approx((168 + 2 * 80 + 5 * 24) / 12)
+
+
+def test_feature_episodes_need_the_persona_names_the_episodes_were_drawn_with():
+    rng = np.random.default_rng(3)
+    w = sample_personas(GEN.cfg, 2, "test", rng)
+    episodes = GEN.episodes(w, 3, rng, k=1, names=["terse", "casual"])
+    assert GEN.feature_episodes(episodes, w, names=["terse", "casual"]).objective.max() <= 1
+    with pytest.raises(ConfigError, match=r"not among the persona names \['persona-0', 'persona-1'\]"):
+        GEN.feature_episodes(episodes, w)

@@ -167,6 +167,10 @@ class TextPersonas:
                 rejected[i, : e.k] = self.features([c.rejected for c in e.demos])
         qa = self.features([e.query.a for e in episodes])
         qb = self.features([e.query.b for e in episodes])
+        unknown = sorted({e.objective for e in episodes} - set(names))
+        if unknown:
+            raise ConfigError(f"episodes of objective(s) {unknown} that are not among the persona names "
+                              f"{names}; give the names the episodes were drawn with")
         who = np.array([names.index(e.objective) for e in episodes])
         mask = demo_slots(np.array([e.k for e in episodes]), capacity)
         label = np.array([e.query.label for e in episodes], dtype=np.int64)
