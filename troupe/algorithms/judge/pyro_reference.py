@@ -99,7 +99,8 @@ def _prepare(stream: EncodedStream, prior: PriorArrays, enumerate_verdicts: bool
 
 
 def nuts_posterior(
-    stream: EncodedStream, prior: PriorArrays, num_samples: int = 500, warmup: int = 300, seed: int = 0
+    stream: EncodedStream, prior: PriorArrays, num_samples: int = 500, warmup: int = 300, seed: int = 0,
+    jit: bool = False,
 ) -> dict[str, np.ndarray]:
     """Posterior draws of the continuous parameters by NUTS, verdicts enumerated out."""
     import pyro
@@ -107,7 +108,7 @@ def nuts_posterior(
 
     pyro.set_rng_seed(seed)
     model = _prepare(stream, prior, enumerate_verdicts=False)
-    mcmc = MCMC(NUTS(model, jit_compile=True, ignore_jit_warnings=True), num_samples=num_samples, warmup_steps=warmup, disable_progbar=True)
+    mcmc = MCMC(NUTS(model, jit_compile=jit, ignore_jit_warnings=True), num_samples=num_samples, warmup_steps=warmup, disable_progbar=True)
     mcmc.run()
     return {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
 
@@ -180,13 +181,17 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, flo
 
 def smc_vs_pyro(
     stream: EncodedStream, prior: PriorArrays, smc_config=None, method: str = "nuts", num_samples: int = 500,
-    warmup: int = 300, seed: int = 0,
+    warmup: int = 300, seed: int = 0, reference: dict[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """§G.6: how far SMC's parameter and verdict posteriors lie from Pyro's on the same stream."""
+    """§G.6: how far SMC's parameter and verdict posteriors lie from Pyro's on the same stream.
+
+    reference: Pyro draws already made for this stream (then method, num_samples, warmup are unused)."""
     from troupe.algorithms.judge.smc import SMCConfig, run_smc
 
     smc = run_smc(stream, prior, smc_config or SMCConfig(seed=seed))
-    if method == "nuts":
+    if reference is not None:
+        ref = reference
+    elif method == "nuts":
         ref = nuts_posterior(stream, prior, num_samples=num_samples, warmup=warmup, seed=seed)
     elif method == "svi":
         ref = svi_posterior(stream, prior, num_samples=num_samples, seed=seed)

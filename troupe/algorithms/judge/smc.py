@@ -126,6 +126,10 @@ class RBSMC:
             out *= a[..., list(o.cells)].sum(-1) / a.sum(-1)
         return out
 
+    def predictive(self, obs: Sequence[Obs]) -> np.ndarray:
+        """(N, 3) w_j(v) = E_j[π_v] Π_obs E_j[row_obs(v)[cells]], the one-step predictive of §G.3(a)."""
+        return self._pi_mean() * self._lik(obs)
+
     def _bump(self, o: Obs, v: np.ndarray, y: np.ndarray | int, delta: float | np.ndarray) -> None:
         if o.family == THETA:
             self.n_theta[self._ar, o.owner, v, y] += delta
@@ -175,7 +179,7 @@ class RBSMC:
         return self._new_adf(item, obs) if self.config.adf else self._new(item, obs)
 
     def _new(self, i: int, obs: Sequence[Obs]) -> StepResult:
-        w = self._pi_mean() * self._lik(obs)
+        w = self.predictive(obs)
         lik = w.sum(-1)
         weights = np.exp(self.logw - self.logw.max())
         rb = (weights[:, None] * w / lik[:, None]).sum(0) / weights.sum()
@@ -210,7 +214,7 @@ class RBSMC:
 
     def _conditional(self, i: int) -> np.ndarray:
         """(N, 3) each particle's full conditional of V_i (its counts must be removed)."""
-        return self._pi_mean() * self._lik([o for o, _ in self.items[i]])
+        return self.predictive([o for o, _ in self.items[i]])
 
     def gibbs(self, i: int) -> None:
         """Redraw item i's verdict (and its set-valued labels' cells) from the collapsed full conditional."""
@@ -253,7 +257,7 @@ class RBSMC:
             self._bump(o, np.zeros(1, np.int64) + u, np.arange(k)[None, :], delta[u][None, :])
 
     def _new_adf(self, i: int, obs: Sequence[Obs]) -> StepResult:
-        w = (self._pi_mean() * self._lik(obs))[0]
+        w = self.predictive(obs)[0]
         r = w / w.sum()
         a_pi = self.prior.alpha_pi + self.n_pi[0]
         self.n_pi[0] = moment_match(a_pi[None] + np.eye(3), r) - self.prior.alpha_pi
