@@ -100,6 +100,29 @@ def test_episodes_share_engine_actors_with_one_batched_call_per_engine_and_turn(
     assert all(t.turns == 3 for _, t in out.transcripts("executor"))
 
 
+def test_a_node_names_threads_to_hold_fresh_conversations_beside_the_agents_own(engine):
+    """A probe in its own thread starts from nothing; the main thread continues as before."""
+
+    def probe(state):
+        return {"probe": state["turn"]}
+
+    graph = StateGraph(State)
+    graph.add_node("act", agent_node("executor", _ask, _record))
+    graph.add_node("probe", agent_node("executor", lambda s: [{"role": "user", "content": "restate"}],
+                                       lambda s, text: {}, thread=lambda s: f"probe/{s['turn']}"))
+    graph.add_edge(START, "act")
+    graph.add_edge("act", "probe")
+    graph.add_conditional_edges("probe", lambda s: "end" if s["turn"] >= 2 else "act", {"end": END, "act": "act"})
+    out = run_episodes(graph, [{"question": "1+2="}], {"executor": EngineClient([engine], SAMPLING)}, seed=0)
+    ep = out.episodes[0]
+    assert ep.ok and sorted(ep.transcripts) == ["executor", "probe/1", "probe/2"]
+    assert ep.transcripts["executor"].turns == 2
+    alone = engine.generate(["restate"], SAMPLING, rows=[{"messages": [{"role": "user", "content": "restate"}]}])
+    for name in ("probe/1", "probe/2"):  # a first turn each: the probe prompt alone, not the episode so far
+        assert ep.transcripts[name].prompt_ids == alone["prompt_ids"][0].tolist()
+    assert len(out.transcripts("executor")) == 3  # every conversation of the agent
+
+
 def test_a_transcript_marks_only_the_agents_tokens():
     t = Transcript("a")
     t.add_turn([1, 2, 3], [7, 8], [-0.5, -0.25], "x")

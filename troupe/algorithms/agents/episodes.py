@@ -51,7 +51,7 @@ class Episode:
 
     index: int
     state: dict[str, Any]
-    transcripts: dict[str, Transcript]
+    transcripts: dict[str, Transcript]  # by thread: an agent's name unless its nodes name threads
     status: str = "done"  # done | failed | turn_limit | timeout
     error: str | None = None
     graph_steps: int = 0
@@ -81,9 +81,10 @@ class EpisodeResults:
         return [e for e in self.episodes if e.status == "timeout"]
 
     def transcripts(self, agent: str) -> list[tuple[int, Transcript]]:
-        """(episode index, transcript) of every episode in which ``agent`` took a turn."""
-        return [(e.index, e.transcripts[agent]) for e in self.episodes
-                if agent in e.transcripts and e.transcripts[agent].turns]
+        """(episode index, transcript) of every conversation in which ``agent`` took a turn:
+        one per episode, or one per thread where its nodes name threads."""
+        return [(e.index, t) for e in self.episodes for t in e.transcripts.values()
+                if t.agent == agent and t.turns]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,25 +226,37 @@ async def _invoke(engine: Any, contexts: list[list[int]], messages: list[list[di
 # Nodes
 
 
-def agent_node(agent: str, messages: MessagesFn, on_reply: ReplyFn) -> Callable[..., Awaitable[dict[str, Any]]]:
+def agent_node(agent: str, messages: MessagesFn, on_reply: ReplyFn,
+               thread: Callable[[dict[str, Any]], str] | None = None) -> Callable[..., Awaitable[dict[str, Any]]]:
     """A graph node in which ``agent`` takes one turn: ``messages(state)`` are the chat turns
     added to the agent's context (its whole first prompt on its first turn), and
-    ``on_reply(state, text)`` is the node's state update."""
+    ``on_reply(state, text)`` is the node's state update. ``thread(state)`` names the
+    conversation the turn continues (default: one per agent and episode); a new name starts a
+    fresh context, as when an agent answers a probe beside its main conversation."""
 
     async def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        run: _EpisodeRun = config["configurable"]["troupe_episode"]
-        client = run.clients.get(agent)
-        if client is None:
-            raise AgentGraphError(f"agent node {agent!r}: no engine for agent {agent!r}; "
-                                  f"engines are given for {sorted(run.clients)}")
-        transcript = run.transcripts.setdefault(agent, Transcript(agent))
-        turns = messages(state)
-        out = await client.turn(transcript.context(), turns)
-        transcript.add_turn(out["appended"], out["completion"], out["logprobs"], out["text"], out["version"])
+        out = await agent_turn(config, agent, messages(state), thread(state) if thread else None)
         return on_reply(state, out["text"])
 
     node.troupe_agent = agent  # the graph check reads which agent a node calls
     return node
+
+
+async def agent_turn(config: RunnableConfig, agent: str, turns: list[dict[str, str]],
+                     thread: str | None = None) -> dict[str, Any]:
+    """One turn of ``agent`` from inside a graph node (for nodes that take several turns, or
+    none): ``turns`` are added to the conversation ``thread`` (default: the agent's own), the
+    reply is recorded in its transcript and returned (``text``, ``completion`` ids,
+    ``logprobs``, ``appended`` ids, ``version``)."""
+    run: _EpisodeRun = config["configurable"]["troupe_episode"]
+    client = run.clients.get(agent)
+    if client is None:
+        raise AgentGraphError(f"agent node {agent!r}: no engine for agent {agent!r}; "
+                              f"engines are given for {sorted(run.clients)}")
+    transcript = run.transcripts.setdefault(thread or agent, Transcript(agent))
+    out = await client.turn(transcript.context(), turns)
+    transcript.add_turn(out["appended"], out["completion"], out["logprobs"], out["text"], out["version"])
+    return out
 
 
 @dataclasses.dataclass
@@ -266,7 +279,8 @@ class _EpisodeRun:
 
 def check_graph(graph: Any, clients: Mapping[str, EngineClient], turn_limit: int) -> None:
     """The checks before any episode starts: a turn limit ≥ 1, every agent node's agent has an
-    engine, and the end is reachable from the start."""
+    engine (a node that calls `agent_turn` itself declares its agents as ``fn.troupe_agent``,
+    a name or a tuple of names), and the end is reachable from the start."""
     from langgraph.graph import END, START
 
     if not isinstance(turn_limit, int) or turn_limit < 1:
@@ -274,10 +288,11 @@ def check_graph(graph: Any, clients: Mapping[str, EngineClient], turn_limit: int
     for name, spec in graph.nodes.items():
         runnable = spec.runnable  # LangGraph wraps a node's function; an async one is its afunc
         fn = getattr(runnable, "afunc", None) or getattr(runnable, "func", None)
-        agent = getattr(fn, "troupe_agent", None)
-        if agent is not None and agent not in clients:
-            raise AgentGraphError(f"graph node {name!r} calls agent {agent!r}, which has no engine; engines are "
-                                  f"given for {sorted(clients)}")
+        agents = getattr(fn, "troupe_agent", None)  # a name, or the names a multi-turn node calls
+        for agent in (agents,) if isinstance(agents, str) else agents or ():
+            if agent not in clients:
+                raise AgentGraphError(f"graph node {name!r} calls agent {agent!r}, which has no engine; engines "
+                                      f"are given for {sorted(clients)}")
     succ: dict[str, set[str]] = {}
     for a, b in graph.edges:
         succ.setdefault(a, set()).add(b)
