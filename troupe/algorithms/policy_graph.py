@@ -19,6 +19,7 @@ import torch
 from troupe.actors.learner import Learner
 from troupe.actors.models import chat_template_text
 from troupe.actors.reward import RuleReward
+from troupe.actors.reward_model import RewardModel
 from troupe.actors.scorer import Scorer
 from troupe.actors.transport.base import (
     PendingSync,
@@ -70,7 +71,7 @@ class PolicyGraph:
         self.prefix = prefix
         self.shared_roles = shared_roles
         self.names = {"learner": f"{prefix}learner", "rollout": f"{prefix}rollout", "reward": "reward",
-                      "reference": "reference"}
+                      "checker": "checker", "reference": "reference"}
         self.model_path = str(model_path)
         self.reward_kwargs = reward_kwargs or {}
         self.graph: ActorGraph | None = None
@@ -105,13 +106,26 @@ class PolicyGraph:
         roles = [rollout, learner] if first else [learner, rollout]
         if not self.shared_roles:
             return roles
-        roles.append(Role("reward", RuleReward, num_cpus=c.reward.num_cpus,
-                          kwargs={"fn": c.reward.fn, "on_error": c.reward.on_error, "kwargs": self.reward_kwargs}))
+        roles += self._reward_roles()
         if c.learner.kl_coef > 0:
             roles.append(Role("reference", Scorer, num_cpus=c.reference.num_cpus, num_gpus=c.reference.num_gpus,
                               kwargs={"model_path": self.model_path, "dtype": c.model.dtype, "device": device,
                                       "chat_template": template}))
         return roles
+
+    def _reward_roles(self) -> list[Role]:
+        """The "reward" role: `RuleReward` (``reward.kind=rule``) or `RewardModel` (``model``), both
+        restarted when they die. A reward model is no exact checker, so it comes with a "checker"
+        role (the rule ``reward.fn``) that `evaluate` scores held-out accuracy with."""
+        r = self.cfg.reward
+        rule = {"fn": r.fn, "on_error": r.on_error, "kwargs": self.reward_kwargs}
+        if r.kind == "rule":
+            return [Role("reward", RuleReward, num_cpus=r.num_cpus, kwargs=rule, max_restarts=r.max_restarts)]
+        model = {"path": r.path, "dtype": r.dtype, "device": r.device, "batch_size": r.batch_size,
+                 "max_length": r.max_length}
+        return [Role("reward", RewardModel, num_cpus=r.num_cpus, num_gpus=r.num_gpus, kwargs=model,
+                     max_restarts=r.max_restarts),
+                Role("checker", RuleReward, num_cpus=0.05, kwargs=rule, max_restarts=r.max_restarts)]
 
     def _rollout_kwargs(self) -> dict[str, Any]:
         return {"model_path": self.model_path, **rollout_class(self.cfg.rollout.backend).config_kwargs(self.cfg)}
@@ -136,11 +150,12 @@ class PolicyGraph:
 
     # -- the calls ----------------------------------------------------------------------
     def rollout(self, prompts: list[str], rows: list[dict], sampling: Any, seed: int,
-                option_letters: list[str] | None = None, score: bool = True) -> Rollout:
+                option_letters: list[str] | None = None, score: bool = True, reward: str = "reward") -> Rollout:
         """Start generating ``prompts`` on the engines and scoring the result; returns at once,
         and `Rollout.result()` waits. ``option_letters`` asks the engines for multiple-choice
-        letter log-probs; ``score=False`` skips the reward."""
-        return Rollout(self, prompts, rows, sampling, seed, option_letters, score)
+        letter log-probs; ``score=False`` skips the reward; ``reward`` names the role that scores
+        ("reward", or "checker" for the exact checker beside a reward model)."""
+        return Rollout(self, prompts, rows, sampling, seed, option_letters, score, reward)
 
     def wait_generate(self, i: int, args: tuple, kwargs: dict[str, Any], ref: Any) -> tuple[Any, int]:
         """Wait for engine ``i``'s generate call; a call lost to a dead engine is re-issued once
@@ -166,6 +181,42 @@ class PolicyGraph:
                 self._recover_engine(i)
                 ref = engines[i].generate.remote(*args, **kwargs)
         raise AssertionError("unreachable")
+
+    def wait_score(self, role: str, batches: list[Any], ref: Any) -> dict[str, Any]:
+        """Wait for a reward role's score call; a call lost to a dead reward actor is re-issued once
+        Ray has restarted it (its constructor reloads the function or model), and counted in
+        `faults`. A reward that does not answer within the call timeout stops the step with an
+        error naming the call."""
+        import ray
+
+        group = self.graph[self.names[role]]
+        for attempt in range(self.max_reissues + 1):
+            try:
+                return group.wait([ref], "score")[0]
+            except RemoteCallError as e:
+                if not isinstance(e.__cause__, ray.exceptions.RayActorError) or attempt == self.max_reissues:
+                    raise
+                self.faults += 1
+                self._await_restart(group, role)
+                ref = group[0].score.remote(batches)
+        raise AssertionError("unreachable")
+
+    def _await_restart(self, group: Any, role: str) -> None:
+        """Wait until a restarted actor of ``group`` has run its constructor again."""
+        import ray
+
+        patience = self.graph.timeout_s + group.timeout_s
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                ray.get(group[0].__ray_ready__.remote(), timeout=10)
+                return
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise RemoteCallError(
+                        f"{role} actor did not come back within {patience:.0f}s (run.placement_timeout_s + "
+                        "run.call_timeout_s)") from None
+                time.sleep(0.5)
 
     def _recover_engine(self, i: int) -> None:
         """Wait until a restarted engine answers, then give it the current weights."""
@@ -234,8 +285,10 @@ class PolicyGraph:
         self.transport.last_update = ref
 
     def evaluate(self, rows: list[dict], sampling: Any, seed: int = 0) -> dict[str, float]:
-        """Mean reward on ``rows`` (accuracy for a 0/1 reward)."""
-        out = self.rollout([r["prompt"] for r in rows], rows, sampling, seed).result()
+        """Mean reward on ``rows`` (accuracy for a 0/1 reward), scored by the exact checker when the
+        training reward is a reward model."""
+        role = "checker" if self.names["checker"] in self.graph.groups else "reward"
+        out = self.rollout([r["prompt"] for r in rows], rows, sampling, seed, reward=role).result()
         return {"reward": float(out.rewards.mean())}
 
     # -- checkpoints -----------------------------------------------------------------------

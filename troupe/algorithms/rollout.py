@@ -4,7 +4,7 @@
 call on their batches: the reward actor waits for the batches itself, so scoring starts the
 moment they exist, with no round trip through the driver. `Rollout.result()` waits. A
 generate call lost to a dead or straggling engine is re-issued once the engine is back, and
-the batches are then scored anew. Several rollouts (the arms of a comparison) can be in flight
+the batches are then scored anew; so is a score call lost to a dead reward actor. Several rollouts (the arms of a comparison) can be in flight
 at once; so can several updates (`PendingUpdate`).
 """
 
@@ -46,8 +46,9 @@ class Rollout:
     """A rollout in flight on one policy's engines (and its reward call, unless ``score=False``)."""
 
     def __init__(self, policy: PolicyGraph, prompts: list[str], rows: list[dict], sampling: Any, seed: int,
-                 option_letters: list[str] | None = None, score: bool = True) -> None:
+                 option_letters: list[str] | None = None, score: bool = True, reward: str = "reward") -> None:
         self.policy = policy
+        self.reward = reward
         self.t0 = time.perf_counter()
         engines = policy.role("rollout")
         n = len(engines)
@@ -63,7 +64,7 @@ class Rollout:
                 self.calls.append(_Call(i, args, kwargs, engines[i].generate.remote(*args, **kwargs)))
         # The batches the early reward call was started on; a re-issue replaces some of them.
         self.early_batches = [c.ref for c in self.calls]
-        self._score_ref = policy.role("reward")[0].score.remote(self.early_batches) if score else None
+        self._score_ref = policy.role(reward)[0].score.remote(self.early_batches) if score else None
         self._batches: list[Any] | None = None
         self._faults = 0
         self._generate_s = 0.0
@@ -89,9 +90,9 @@ class Rollout:
         t1 = time.perf_counter()
         scored: dict[str, Any] = {"rewards": None, "extras": {}, "errors": []}
         if self._score_ref is not None:
-            reward = self.policy.role("reward")
-            ref = self._score_ref if batches == self.early_batches else reward[0].score.remote(batches)
-            scored = reward.wait([ref], "score")[0]
+            fresh = batches != self.early_batches
+            ref = self.policy.role(self.reward)[0].score.remote(batches) if fresh else self._score_ref
+            scored = self.policy.wait_score(self.reward, batches, ref)
         self._result = RolloutResult(batches, scored["rewards"], scored.get("extras", {}), scored["errors"],
                                      self._faults, self._generate_s, time.perf_counter() - t1)
         return self._result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from troupe.actors.learner import LearnerConfig
 from troupe.actors.sampling import SamplingConfig
@@ -40,14 +41,45 @@ class RolloutConfig:
 
 @dataclasses.dataclass
 class RewardConfig:
+    # rule: a Python function per row (`fn`); model: a learned reward model (`path`), with `fn`
+    # still the held-out checker, so eval/accuracy stays the task's exact accuracy.
+    kind: Literal["rule", "model"] = "rule"
     # A registered reward or "module:function"; None: the task's own exact checker.
     fn: str | None = registered(None, REWARDS)
     on_error: float | str = "raise"  # "raise", or the reward a failing row gets (and is counted)
+    # kind=model: a hub id or local directory of a sequence classifier with num_labels=1, or of a
+    # causal LM saved with a value head (troupe.actors.reward_model).
+    path: str | None = None
+    dtype: str = "float32"  # kind=model: float32, bfloat16 or float16
+    device: str = "cpu"  # kind=model: cpu, cuda or auto
+    batch_size: int = 16  # kind=model: rows per forward pass
+    max_length: int | None = None  # kind=model: tokens read per row (cut from the left); None: the model's limit
     num_cpus: float = 0.1
+    num_gpus: float = 0.0
+    max_restarts: int = 2  # a reward actor that dies is restarted and its call re-issued
 
     def __post_init__(self) -> None:
         check(isinstance(self.on_error, float) or self.on_error == "raise", "reward.on_error", self.on_error,
               "'raise' or a number")
+        check(self.batch_size >= 1, "reward.batch_size", self.batch_size, "an integer >= 1")
+        check(self.max_length is None or self.max_length >= 1, "reward.max_length", self.max_length,
+              "an integer >= 1, or null for the model's limit")
+        check(self.dtype in ("float32", "bfloat16", "float16"), "reward.dtype", self.dtype,
+              "float32, bfloat16 or float16")
+        check(self.device in ("cpu", "cuda", "auto"), "reward.device", self.device, "cpu, cuda or auto")
+        check(self.max_restarts >= 0, "reward.max_restarts", self.max_restarts, "an integer >= 0")
+        check(self.kind == "model" or self.path is None, "reward.path", self.path,
+              "no path with reward.kind=rule (set reward.kind=model to score with a reward model)")
+        check(self.kind == "rule" or bool(self.path), "reward.path", self.path,
+              "a hub id or local directory of a reward model, with reward.kind=model")
+
+    def validate(self) -> None:
+        """With ``kind=model``: the path holds a reward model (read from its config and weight names
+        in the driver, before any actor starts), or a ConfigError naming ``reward.path``."""
+        if self.kind == "model":
+            from troupe.actors.reward_model import reward_model_kind
+
+            reward_model_kind(self.path)
 
 
 @dataclasses.dataclass
