@@ -1,8 +1,9 @@
 """ALGORITHMS.md §G.2's generative process in Pyro: the batch reference beyond the exact recursion's reach.
 
-The verdicts V_i are a discrete site enumerated in parallel (`infer={"enumerate": "parallel"}`),
-so NUTS runs over the continuous parameters (π, Θ, Φ, and the group means m_g when pooled) with the
-verdicts summed out exactly, and SVI runs with TraceEnum_ELBO and a mean-field Dirichlet guide.
+The verdicts V_i are a discrete site enumerated in parallel (`infer={"enumerate": "parallel"}`);
+SVI runs on that model with TraceEnum_ELBO and a mean-field Dirichlet guide. NUTS runs over the
+continuous parameters (π, Θ, Φ, and the group means m_g when pooled) on the same density with the
+verdicts summed out by hand (`_potential`; a test checks it against the model's).
 Set-valued labels enter as the log of the summed row probabilities, as in §G.2.
 
 `smc_vs_pyro` is the agreement check of §G.6 (n = 1500 in the benchmark, small n in tests).
@@ -10,6 +11,7 @@ Set-valued labels enter as the log of the summed row probabilities, as in §G.2.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -27,6 +29,17 @@ class ObsTensors:
     item: list[torch.Tensor]  # per family (theta, phi): (M,) item index
     owner: list[torch.Tensor]  # (M,) row owner
     mask: list[torch.Tensor]  # (M, K) allowed cells
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """These tensors are tiny: intra-op threads only add synchronisation (16x slower per gradient on a busy 2-core machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 def obs_tensors(stream: EncodedStream, kc: int) -> ObsTensors:
@@ -98,19 +111,60 @@ def _prepare(stream: EncodedStream, prior: PriorArrays, enumerate_verdicts: bool
     return make_model(prior, obs_tensors(stream, prior.alpha_phi.shape[-1]), enumerate_verdicts)
 
 
+def _potential(prior: PriorArrays, t: ObsTensors):
+    """−log p(params, D) over stick-breaking coordinates, verdicts summed out: the collapsed model's
+    density written out so that each NUTS gradient is a few tensor ops instead of a model trace."""
+    from torch.distributions import Dirichlet
+    from torch.distributions.transforms import StickBreakingTransform
+
+    sb = StickBreakingTransform()
+    f64 = dict(dtype=torch.float64)
+    alpha_pi = torch.tensor(prior.alpha_pi, **f64)
+    alpha_phi = torch.tensor(prior.alpha_phi, **f64)
+    m0 = torch.tensor(prior.group_m, **f64)
+    s_g = torch.tensor(prior.group_s, **f64)
+    rg = torch.tensor(prior.rater_group, dtype=torch.long)
+
+    def constrain(z: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        x = {k: sb(v) for k, v in z.items()}
+        logdet = sum(sb.log_abs_det_jacobian(z[k], x[k]).sum() for k in z)
+        return x, logdet
+
+    def potential(z: dict[str, torch.Tensor]) -> torch.Tensor:
+        x, logdet = constrain(z)
+        m = x["group_m"] if prior.pooled else m0
+        lp = Dirichlet(alpha_pi).log_prob(x["pi"]) + Dirichlet(alpha_phi).log_prob(x["phi"]).sum()
+        lp = lp + Dirichlet(s_g[rg, None, None] * m[rg]).log_prob(x["theta"]).sum()
+        if prior.pooled:
+            lp = lp + Dirichlet(prior.hyper_strength * m0).log_prob(m).sum()
+        ll = _loglik([x["theta"], x["phi"]], t)
+        return -(lp + torch.logsumexp(torch.log(x["pi"]) + ll, -1).sum() + logdet)
+
+    init = {"pi": (2,), "theta": (prior.n_raters, 3, 2), "phi": (*prior.alpha_phi.shape[:-1], prior.alpha_phi.shape[-1] - 1)}
+    if prior.pooled:
+        init["group_m"] = (len(prior.group_s), 3, 2)
+    return potential, constrain, {k: torch.zeros(v, **f64) for k, v in init.items()}
+
+
 def nuts_posterior(
     stream: EncodedStream, prior: PriorArrays, num_samples: int = 500, warmup: int = 300, seed: int = 0,
-    jit: bool = False,
+    max_tree_depth: int = 8,
 ) -> dict[str, np.ndarray]:
-    """Posterior draws of the continuous parameters by NUTS, verdicts enumerated out."""
+    """Posterior draws of the continuous parameters by Pyro's NUTS, the verdicts summed out exactly."""
     import pyro
     from pyro.infer import MCMC, NUTS
 
+    if prior.n_raters == 0:
+        raise ConfigError("the Pyro reference needs at least one human rater in the stream")
     pyro.set_rng_seed(seed)
-    model = _prepare(stream, prior, enumerate_verdicts=False)
-    mcmc = MCMC(NUTS(model, jit_compile=jit, ignore_jit_warnings=True), num_samples=num_samples, warmup_steps=warmup, disable_progbar=True)
-    mcmc.run()
-    return {k: v.detach().numpy() for k, v in mcmc.get_samples().items()}
+    potential, constrain, init = _potential(prior, obs_tensors(stream, prior.alpha_phi.shape[-1]))
+    kernel = NUTS(potential_fn=potential, max_tree_depth=max_tree_depth)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, initial_params=init, disable_progbar=True)
+    with _one_thread():
+        mcmc.run()
+    z = mcmc.get_samples()
+    x, _ = constrain(z)
+    return {k: v.detach().numpy() for k, v in x.items()}
 
 
 def svi_posterior(
@@ -139,8 +193,9 @@ def svi_posterior(
             pyro.sample(name, d if name == "pi" else d.to_event(2))
 
     svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=1))
-    for _ in range(steps):
-        svi.step()
+    with _one_thread():
+        for _ in range(steps):
+            svi.step()
     out = {}
     for name in init:
         g = torch.distributions.Dirichlet(pyro.param(f"q_{name}").detach()).sample((num_samples,))
