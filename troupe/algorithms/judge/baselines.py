@@ -11,6 +11,7 @@ Items without the inputs a baseline needs get the uniform distribution, counted 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
@@ -114,7 +115,10 @@ def dawid_skene(stream: EncodedStream, include_judge: bool = True, n_iter: int =
     if not rows:
         return BaselineResult(probs, stream.n_items, skipped)
     df = pd.DataFrame(rows, columns=["task", "worker", "label"])
-    ds = DawidSkene(n_iter=n_iter, tol=tol).fit(df)
+    with warnings.catch_warnings():
+        # crowd-kit 1.4.2 passes pandas keywords (copy=, inplace=) that pandas 3 deprecates; harmless here
+        warnings.filterwarnings("ignore", message=".*(copy|inplace) keyword.*")
+        ds = DawidSkene(n_iter=n_iter, tol=tol).fit(df)
     p = ds.probas_.reindex(columns=[0, 1, 2], fill_value=0.0)
     probs[p.index.to_numpy()] = p.to_numpy()
     return BaselineResult(probs, stream.n_items - len(p), skipped)
