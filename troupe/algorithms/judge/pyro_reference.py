@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from troupe.algorithms.judge.model import THETA, EncodedStream, PriorArrays, beta_bar
 from troupe.platform.errors import ConfigError
+
+if TYPE_CHECKING:
+    from troupe.algorithms.judge.smc import SMCConfig
 
 
 @dataclasses.dataclass
@@ -235,7 +239,7 @@ def compare(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, flo
 
 
 def smc_vs_pyro(
-    stream: EncodedStream, prior: PriorArrays, smc_config=None, method: str = "nuts", num_samples: int = 500,
+    stream: EncodedStream, prior: PriorArrays, smc_config: SMCConfig | None = None, method: str = "nuts", num_samples: int = 500,
     warmup: int = 300, seed: int = 0, reference: dict[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
     """§G.6: how far SMC's parameter and verdict posteriors lie from Pyro's on the same stream.
