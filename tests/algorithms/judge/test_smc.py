@@ -138,6 +138,8 @@ def test_pooled_group_means_shrink_a_new_rater_towards_the_group():
         tie[name] = smc.posterior_mean()["theta"][s.raters.index("fresh"), :, M.T]
     # the fresh rater's one label barely moves it alone; the group's 40 ties move it under pooling
     assert np.all(tie["pooled"] > tie["fixed"] + 0.02)
+    adf = run_smc(s, pooled, SMCConfig(adf=True)).posterior_mean()["theta"][s.raters.index("fresh"), :, M.T]
+    assert np.all(adf > tie["fixed"] + 0.02)  # the ADF filter pools the same way
     smc = RBSMC(pooled, SMCConfig(n_particles=1))
     smc.group_sum[0, 0] = np.array([[1, 0, 5], [0, 2, 0], [0, 0, 3]])
     want = 10 * (3 * pooled.group_m[0] + smc.group_sum[0, 0]) / (3 + smc.group_sum[0, 0].sum(-1, keepdims=True))
@@ -180,3 +182,16 @@ def test_bad_config_and_out_of_order_items_raise():
         smc.update(1, s.events[1].obs)
     with pytest.raises(ValueError, match="only 0 items"):
         smc.update(0, s.events[0].obs, late=True)
+
+
+def test_adf_smoothing_through_the_cavity_beats_its_filtered_reports():
+    smooth, filtered = [], []
+    for seed in range(6):
+        st = synthetic_stream(SyntheticConfig(n=10, n_experts=1, experts_per_item=1, n_crowd=2, crowd_per_item=1,
+                                              seed=seed))
+        s, p = setup(st.comparisons)
+        exact = exact_posterior(s, p).marginals()
+        adf = run_smc(s, p, SMCConfig(adf=True))
+        smooth.append(tv(adf.marginals(), exact).mean())
+        filtered.append(tv(np.asarray(adf.filtered), exact).mean())
+    assert np.mean(smooth) < 0.6 * np.mean(filtered)

@@ -229,9 +229,10 @@ class RBSMC:
         self._add_item(i, v, +1)
 
     def marginal(self, i: int) -> np.ndarray:
-        """(3,) the RB smoothing estimate Σ_j W_j p_j(V_i | all else) (ADF: the item's responsibilities)."""
+        """(3,) the RB smoothing estimate Σ_j W_j p_j(V_i | all else); ADF: the same conditional under the
+        cavity state, the item's expected counts r_i(v) taken out of the rows it touched."""
         if self.config.adf:
-            return self.resp[i]
+            return self._adf_marginal(i)
         v = self.V[:, i].astype(np.int64)
         self._add_item(i, v, -1)
         c = self._conditional(i)
@@ -255,6 +256,20 @@ class RBSMC:
         delta = moment_match(comps, weights) - a
         for u in range(3):
             self._bump(o, np.zeros(1, np.int64) + u, np.arange(k)[None, :], delta[u][None, :])
+
+    def _adf_marginal(self, i: int) -> np.ndarray:
+        r, obs = self.resp[i], [o for o, _ in self.items[i]]
+        saved = [a.copy() for a in (self.n_pi, self.n_theta, self.n_phi, self.group_sum)]
+        self.n_pi[0] -= r
+        for o in obs:
+            a = self._alpha(o)[0]
+            cells = list(o.cells)
+            delta = np.zeros_like(a)
+            delta[:, cells] = -r[:, None] * a[:, cells] / a[:, cells].sum(-1, keepdims=True)
+            self._bump(o, np.arange(3)[:, None], np.arange(a.shape[-1])[None, :], delta)
+        c = self.predictive(obs)[0]
+        self.n_pi, self.n_theta, self.n_phi, self.group_sum = saved
+        return c / c.sum()
 
     def _new_adf(self, i: int, obs: Sequence[Obs]) -> StepResult:
         w = self.predictive(obs)[0]
