@@ -195,3 +195,12 @@ def test_adf_smoothing_through_the_cavity_beats_its_filtered_reports():
         smooth.append(tv(adf.marginals(), exact).mean())
         filtered.append(tv(np.asarray(adf.filtered), exact).mean())
     assert np.mean(smooth) < 0.6 * np.mean(filtered)
+
+
+def test_periodic_sweeps_over_older_items_keep_the_exact_posterior():
+    s, p = setup(make_toy(n=8, seed=13, set_labels=True))
+    exact = exact_posterior(s, p).marginals()
+    smc = run_smc(s, p, SMCConfig(n_particles=3000, sweep_every=2, window=3, seed=4))
+    assert tv(smc.marginals(), exact).max() < 0.02
+    with pytest.raises(ConfigError, match="sweep_every"):
+        SMCConfig(sweep_every=0)

@@ -10,6 +10,10 @@ verdict it sampled for every item (particle learning, Carvalho et al. 2010). On 
 5. when the ESS of the resampling weights is below N/2, a collapsed-Gibbs rejuvenation sweep over
    the last L items' verdicts (each item's counts removed, v redrawn from its full conditional).
 
+Resampling at every step collapses the ancestry of old verdicts (at n = 1500 every particle shares
+item 0's), which inflates the seed-to-seed spread of Θ's posterior; `sweep_every=k` (beyond §G.3,
+off by default) also redraws `window` random older verdicts every k items.
+
 A late label on an old item is a new observation on that item's stored per-particle verdict:
 resample ∝ its likelihood, add its counts, and rejuvenate that item with the window when the ESS
 drops. `marginal(i)` is the RB smoothing estimate Σ_j W_j p_j(V_i | everything else).
@@ -42,6 +46,9 @@ class SMCConfig:
     ess_threshold: float = 0.5  # rejuvenate when ESS < ess_threshold · N
     window: int = 50  # L: the items a rejuvenation sweep redraws
     rejuvenate: bool = True
+    # beyond §G.3: every k items, also redraw `window` random older verdicts; resampling at every step
+    # collapses the ancestry of old verdicts (all particles share item 0's), which no ESS test sees
+    sweep_every: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -51,6 +58,8 @@ class SMCConfig:
             raise ConfigError(f"judge.ess_threshold={self.ess_threshold}: expected a fraction in [0, 1]")
         if self.window < 1:
             raise ConfigError(f"judge.window={self.window}: expected >= 1")
+        if self.sweep_every is not None and self.sweep_every < 1:
+            raise ConfigError(f"judge.sweep_every={self.sweep_every}: expected >= 1 or None")
 
 
 @dataclasses.dataclass
@@ -191,7 +200,12 @@ class RBSMC:
         self.n_pi[self._ar, v] += 1
         self._add_obs(i, obs, v)
         plain = np.bincount(v, minlength=3) / self.n
-        return StepResult(i, rb, plain, ess, self._maybe_rejuvenate(ess, ()))
+        rejuvenated = self._maybe_rejuvenate(ess, ())
+        every = self.config.sweep_every
+        if every is not None and (i + 1) % every == 0:
+            for j in self.rng.choice(i + 1, size=min(self.config.window, i + 1), replace=False):
+                self.gibbs(int(j))
+        return StepResult(i, rb, plain, ess, rejuvenated)
 
     def _late(self, i: int, obs: Sequence[Obs]) -> StepResult:
         v = self.V[:, i].astype(np.int64)
