@@ -1,6 +1,6 @@
 """BayesJudge (ALGORITHMS.md §G): online Bayesian aggregation of conflicting human and LLM pairwise judgments.
 
 model: the generative model and the label stream; exact: the exact recursion (small n); smc: the
-Rao–Blackwellised SMC and its ADF variant; pyro_reference: the batch reference in Pyro; baselines:
-majority vote, Dawid–Skene, the LLM judge in one or both orders.
+Rao–Blackwellised SMC and its ADF variant; pyro_reference: the batch reference in Pyro (NUTS, SVI);
+baselines: majority vote, Dawid–Skene, the LLM judge in one or both orders; agreement: SMC vs exact.
 """
