@@ -28,6 +28,7 @@ from troupe.actors.transport.base import (
     pack_state_dict,
     unpack_state_dict,
 )
+from troupe.algorithms.judge.reward import JudgeReward, judge_reward_kwargs
 from troupe.algorithms.rollout import PendingUpdate, Rollout
 from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
 from troupe.platform.config import to_dict
@@ -114,16 +115,20 @@ class PolicyGraph:
         return roles
 
     def _reward_roles(self) -> list[Role]:
-        """The "reward" role: `RuleReward` (``reward.kind=rule``) or `RewardModel` (``model``), both
-        restarted when they die. A reward model is no exact checker, so it comes with a "checker"
-        role (the rule ``reward.fn``) that `evaluate` scores held-out accuracy with."""
+        """The "reward" role: `RuleReward` (``reward.kind=rule``), `RewardModel` (``model``) or
+        `JudgeReward` (``judge``), each restarted when it dies. A reward model or judge is no exact
+        checker, so it comes with a "checker" role (the rule ``reward.fn``) that `evaluate` scores
+        held-out accuracy with."""
         r = self.cfg.reward
         rule = {"fn": r.fn, "on_error": r.on_error, "kwargs": self.reward_kwargs}
         if r.kind == "rule":
             return [Role("reward", RuleReward, num_cpus=r.num_cpus, kwargs=rule, max_restarts=r.max_restarts)]
-        model = {"path": r.path, "dtype": r.dtype, "device": r.device, "batch_size": r.batch_size,
-                 "max_length": r.max_length}
-        return [Role("reward", RewardModel, num_cpus=r.num_cpus, num_gpus=r.num_gpus, kwargs=model,
+        if r.kind == "model":
+            cls, kwargs = RewardModel, {"path": r.path, "dtype": r.dtype, "device": r.device,
+                                        "batch_size": r.batch_size, "max_length": r.max_length}
+        else:
+            cls, kwargs = JudgeReward, judge_reward_kwargs(r, self.cfg.run.seed)
+        return [Role("reward", cls, num_cpus=r.num_cpus, num_gpus=r.num_gpus, kwargs=kwargs,
                      max_restarts=r.max_restarts),
                 Role("checker", RuleReward, num_cpus=0.05, kwargs=rule, max_restarts=r.max_restarts)]
 

@@ -58,7 +58,10 @@ class GRPO(Algorithm):
         advantages = self.advantage(out.rewards, group_ids)  # e.g. GRPO: A_i = (r_i - mean) / std
         metrics = p.update_and_sync(out.batches, {"advantages": advantages}).result()
         grouped = out.rewards.view(-1, c.grpo.group_size)
-        return {**metrics,
+        # A judge's answers that parsed to no verdict are counted in the step's metrics, never absorbed.
+        unparsed = {"reward/judge_unparsed": float(out.extras["judge_unparsed"].sum())} \
+            if "judge_unparsed" in out.extras else {}
+        return {**metrics, **unparsed,
                 "reward/mean": float(out.rewards.mean()),
                 "reward/std": float(out.rewards.std()),
                 "reward/solved_groups": float((grouped.max(1).values > 0).float().mean()),

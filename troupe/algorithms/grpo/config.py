@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal
 
 from troupe.actors.learner import LearnerConfig
 from troupe.actors.sampling import SamplingConfig
@@ -41,19 +41,33 @@ class RolloutConfig:
 
 @dataclasses.dataclass
 class RewardConfig:
-    # rule: a Python function per row (`fn`); model: a learned reward model (`path`), with `fn`
-    # still the held-out checker, so eval/accuracy stays the task's exact accuracy.
-    kind: Literal["rule", "model"] = "rule"
+    # rule: a Python function per row (`fn`); model: a learned reward model (`path`); judge: the
+    # BayesJudge posterior that the completion beats the row's reference, from an LLM judge (`path`)
+    # called in both orders (troupe.algorithms.judge.reward). With model and judge, `fn` stays the
+    # held-out checker, so eval/accuracy stays the task's exact accuracy.
+    kind: Literal["rule", "model", "judge"] = "rule"
     # A registered reward or "module:function"; None: the task's own exact checker.
     fn: str | None = registered(None, REWARDS)
     on_error: float | str = "raise"  # "raise", or the reward a failing row gets (and is counted)
     # kind=model: a hub id or local directory of a sequence classifier with num_labels=1, or of a
-    # causal LM saved with a value head (troupe.actors.reward_model).
+    # causal LM saved with a value head (troupe.actors.reward_model); kind=judge: the judge's causal LM.
     path: str | None = None
-    dtype: str = "float32"  # kind=model: float32, bfloat16 or float16
-    device: str = "cpu"  # kind=model: cpu, cuda or auto
-    batch_size: int = 16  # kind=model: rows per forward pass
+    dtype: str = "float32"  # kind=model|judge: float32, bfloat16 or float16
+    device: str = "cpu"  # kind=model|judge: cpu, cuda or auto
+    batch_size: int = 16  # kind=model|judge: rows per forward pass (judge: questions per engine call)
     max_length: int | None = None  # kind=model: tokens read per row (cut from the left); None: the model's limit
+    # kind=judge: the reward is the posterior mean of P(completion > reference), or its lower
+    # credible bound, the judge_quantile of P(V=A | obs, θ) over judge_draws draws of θ per answer pair.
+    judge_estimate: Literal["mean", "lower"] = "mean"
+    judge_quantile: float = 0.1
+    judge_draws: int = 256
+    judge_reference: str = "reference"  # the row key holding the reference response
+    judge_labels: str = "labels"  # the row key of human labels: [{rater, label: A|B|T|[...], group?}]
+    judge_model: Literal["joint", "factorised"] = "joint"  # §G.2's pair model of the judge's two calls
+    judge_prior: dict[str, Any] = dataclasses.field(default_factory=dict)  # JudgePrior fields, e.g. phi_diag
+    judge_backend: str = registered("hf", ROLLOUT_BACKENDS)  # the engine the judge runs in its actor
+    judge_min_mass: float = 0.5  # an answer whose A/B/T letters hold less first-token mass is unparsed
+    judge_template: str | None = None  # the question, with {prompt}, {first}, {second}; None: the default
     num_cpus: float = 0.1
     num_gpus: float = 0.0
     max_restarts: int = 2  # a reward actor that dies is restarted and its call re-issued
@@ -68,18 +82,31 @@ class RewardConfig:
               "float32, bfloat16 or float16")
         check(self.device in ("cpu", "cuda", "auto"), "reward.device", self.device, "cpu, cuda or auto")
         check(self.max_restarts >= 0, "reward.max_restarts", self.max_restarts, "an integer >= 0")
-        check(self.kind == "model" or self.path is None, "reward.path", self.path,
-              "no path with reward.kind=rule (set reward.kind=model to score with a reward model)")
-        check(self.kind == "rule" or bool(self.path), "reward.path", self.path,
+        check(self.kind != "rule" or self.path is None, "reward.path", self.path,
+              "no path with reward.kind=rule (set reward.kind=model to score with a reward model, or judge)")
+        check(self.kind != "model" or bool(self.path), "reward.path", self.path,
               "a hub id or local directory of a reward model, with reward.kind=model")
+        check(self.kind != "judge" or bool(self.path), "reward.path", self.path,
+              "a hub id or local directory of the judge's causal LM, with reward.kind=judge")
+        check(0 < self.judge_quantile < 1, "reward.judge_quantile", self.judge_quantile, "a probability in (0, 1)")
+        check(self.judge_draws >= 1, "reward.judge_draws", self.judge_draws, "an integer >= 1")
+        check(0 <= self.judge_min_mass <= 1, "reward.judge_min_mass", self.judge_min_mass, "a probability in [0, 1]")
 
     def validate(self) -> None:
         """With ``kind=model``: the path holds a reward model (read from its config and weight names
-        in the driver, before any actor starts), or a ConfigError naming ``reward.path``."""
+        in the driver, before any actor starts), or a ConfigError naming ``reward.path``. With
+        ``kind=judge``: the path holds a causal LM, and the prior and template are well formed."""
         if self.kind == "model":
             from troupe.actors.reward_model import reward_model_kind
 
             reward_model_kind(self.path)
+        elif self.kind == "judge":
+            from troupe.actors.judge import check_judge_path, check_template
+            from troupe.algorithms.judge.reward import judge_prior
+
+            check_judge_path(self.path)
+            check_template(self.judge_template)
+            judge_prior(self.judge_prior)
 
 
 @dataclasses.dataclass
