@@ -237,10 +237,12 @@ def test_prompts_show_each_agent_only_its_own_view():
     s = steps_of(SplitContextConfig(), 1, seed=4)[0]
     doc = " ".join(f"{k}={v}" for k, v in s.document)
     local = " ".join(f"{k}={v}" for k, v in s.local)
-    assert task.main_prompt(s, "plain") == f"doc: {doc}\nsend {s.key} plain:"
-    assert task.main_prompt(s, "cryptic") == f"doc: {doc}\nsend {s.key} code:"
-    assert task.executor_prompt(s, "") == f"view: {local}\nmsg: -\nact on {s.key}:"
-    assert task.probe_prompt(s, "a3") == f"view: {local}\nmsg: a3\nrestate {s.key}:"
+    assert task.main_prompt(s, "plain") == f"note: {s.key}={s.m_belief}\nsend {s.key} plain:"
+    whole = SplitContext(SplitContextConfig(main_view="document"))
+    assert whole.main_prompt(s, "plain") == f"doc: {doc}\nsend {s.key} plain:"
+    assert whole.main_prompt(s, "cryptic") == f"doc: {doc}\nsend {s.key} code:"
+    assert task.executor_prompt(s, "") == f"about {s.key}\nview: {local}\nmsg: -\nact on {s.key}:"
+    assert task.probe_prompt(s, "a3") == f"about {s.key}\nview: {local}\nmsg: a3\nrestate {s.key}:"
     nxt = dataclasses.replace(s, step_type="next")
     assert task.executor_prompt(nxt, "a3").endswith(f"act after {s.key}:")
     with pytest.raises(ValueError, match="not written by M"):
@@ -259,7 +261,7 @@ def test_sft_rows_parse_back_to_the_right_answers():
     assert {(r["kind"], r["question"]) for r in executor} == {(k, q) for k in KINDS for q in ("act", "restate")}
     informed = 0
     for r in executor:
-        view, msg, _ = r["prompt"].split("\n")
+        _, view, msg, _ = r["prompt"].split("\n")
         said = [v for k, v in parse_facts(msg[len("msg: "):]) if k == r["key"]]
         seen = [v for k, v in parse_facts(view, cryptic=False) if k == r["key"]]
         belief = (said or seen or [None])[0]

@@ -65,6 +65,7 @@ LOCAL_MISSES = ("distractors", "stale")
 KEY_POSITIONS = ("uniform", "first", "last")
 STAGES = ("externalisation", "absorption", "closure")
 ROLES = ("main", "executor")
+MAIN_VIEWS = ("belief", "document")
 MAX_K = 8  # one digit per value and action
 NO_CONTENT = "-"  # what E's prompt shows when nothing was sent
 UNKNOWN = "?"  # E's restated value when it has no belief
@@ -95,6 +96,10 @@ class SplitContextConfig:
     raw_key_position: str = "uniform"  # where the key sits in the raw slice: uniform, first, last
     local_miss: str = "distractors"  # a local view without the key: distractors only, or stale
     step_types: tuple[str, ...] = ("copy",)  # each step draws one uniformly
+    # What M's prompt shows: its whole document ("document": M finds the key itself) or only
+    # the key's fact as its document holds it ("belief": M writes it up; a tiny M learns that in
+    # a few hundred SFT steps, where looking a key up among 8 facts takes it thousands).
+    main_view: str = "belief"
 
     def __post_init__(self) -> None:
         _check(_is_int(self.K) and 2 <= self.K <= MAX_K, "K", self.K, f"an integer in 2..{MAX_K}")
@@ -113,6 +118,7 @@ class SplitContextConfig:
         _check(self.raw_key_position in KEY_POSITIONS, "raw_key_position", self.raw_key_position,
                f"one of {KEY_POSITIONS}")
         _check(self.local_miss in LOCAL_MISSES, "local_miss", self.local_miss, f"one of {LOCAL_MISSES}")
+        _check(self.main_view in MAIN_VIEWS, "main_view", self.main_view, f"one of {MAIN_VIEWS}")
         types = tuple(self.step_types) if isinstance(self.step_types, (list, tuple)) else ()
         _check(bool(types) and all(t in STEP_TYPES for t in types), "step_types", self.step_types,
                f"a non-empty list of {STEP_TYPES}")
@@ -338,14 +344,17 @@ class SplitContext:
         return Step(t, step_type, c.K, key, truth[key], document, tuple(local), start, pos, c.raw_length, c.budget)
 
     # -- prompts ----------------------------------------------------------------------------------
-    @staticmethod
-    def main_prompt(step: Step, kind: str) -> str:
-        """M's prompt for a message of ``kind`` (``plain`` or ``cryptic``; the others are not written)."""
+    def main_prompt(self, step: Step, kind: str) -> str:
+        """M's prompt for a message of ``kind`` (``plain`` or ``cryptic``; the others are not
+        written): with ``main_view="document"`` its whole document, where it must find the key;
+        with ``"belief"`` the key's fact as its document holds it (M then only writes it)."""
         _check_kind(kind)
         if kind not in ("plain", "cryptic"):
             raise ValueError(f"content kind {kind!r} is not written by M: main prompts are for 'plain' or 'cryptic'")
         how = "plain" if kind == "plain" else "code"
-        return f"doc: {facts_text(step.document)}\nsend {step.key} {how}:"
+        seen = facts_text(step.document) if self.config.main_view == "document" else fact_text((step.key, step.m_belief))
+        head = "doc" if self.config.main_view == "document" else "note"
+        return f"{head}: {seen}\nsend {step.key} {how}:"
 
     @staticmethod
     def executor_prompt(step: Step, received: str) -> str:
@@ -400,7 +409,9 @@ def _wrong(value: int, K: int, rng: np.random.Generator) -> int:
 
 
 def _executor_context(step: Step, received: str) -> str:
-    return f"view: {facts_text(step.local)}\nmsg: {received or NO_CONTENT}"
+    # The key is named first as well as in the question: a tiny executor then finds it in its
+    # view in about half the SFT steps (the question alone sits after what it must search).
+    return f"about {step.key}\nview: {facts_text(step.local)}\nmsg: {received or NO_CONTENT}"
 
 
 class SplitContextSFT:
