@@ -27,9 +27,9 @@ import torch
 
 from troupe.actors.base import configure_threads
 from troupe.actors.scorer import as_batch
-from troupe.envs.preferences.episodes import Comparison, demos_from_rows
 from troupe.platform.batch import Batch
 from troupe.platform.errors import ConfigError
+from troupe.platform.preference_rows import Comparison, demos_from_rows
 
 SEQUENCE_CLASSIFIER = "sequence_classifier"
 VALUE_HEAD = "value_head"
