@@ -142,6 +142,8 @@ def test_config_errors_name_the_key():
         resolve(BPOConfig, BPO.presets_dir(), None, ["bpo.anchors=0"])
     with pytest.raises(ConfigError, match="cue_strength"):
         resolve(BPOConfig, BPO.presets_dir(), None, ["task.cue_strength=1.5"])
+    with pytest.raises(ConfigError, match="reward.kind"):  # the pack reward is BPO's own
+        resolve(BPOConfig, BPO.presets_dir(), None, ["reward.kind=model", "reward.path=some/rm"])
     cfg = resolve(BPOConfig, BPO.presets_dir(), "smoke", ["bpo.adv_mode=ar_literal", "task.cue_strength=0.6"])
     assert cfg.bpo.adv_mode == "ar_literal" and cfg.task.cue_strength == 0.6
 

@@ -146,6 +146,9 @@ class BPOConfig:
               self.task.rendering, "'pixels' when data.train or data.eval name real videos")
         check(self.reward.fn == "bpo_behavior", "reward.fn", self.reward.fn,
               "'bpo_behavior' (BPO's arms choose their rewards through bpo.arms)")
+        # a learned reward or a judge would replace the pack reward every arm is scored by
+        check(self.reward.kind == "rule", "reward.kind", self.reward.kind,
+              "'rule': BPO scores each view's behaviour with bpo_behavior")
 
     def validate(self) -> None:
         """Checks across the rollout, learner and model sections (after each section's own)."""
