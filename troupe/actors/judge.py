@@ -23,7 +23,6 @@ import inspect
 import math
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -55,18 +54,9 @@ def check_template(template: str | None) -> str:
 def check_judge_path(path: str, key: str = "reward.path") -> None:
     """A ConfigError naming ``key`` unless ``path`` (a local directory or a hub id) holds a causal
     LM; read from its config only, so the driver checks it before any actor starts."""
-    from transformers import AutoConfig
+    from troupe.actors.models import model_config_or_error
 
-    local = Path(path).expanduser()
-    if local.exists() and not (local / "config.json").is_file():
-        raise ConfigError(f"{key}={path!r} has no config.json: it is not a saved model; give the judge's causal LM")
-    if not local.exists() and (path.startswith(("/", ".", "~")) or path.count("/") > 1):
-        raise ConfigError(f"{key}={path!r} does not exist; give a local directory or a hub id of the judge's causal LM")
-    try:
-        config = AutoConfig.from_pretrained(str(local) if local.exists() else path)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{key}={path!r}: cannot read its config ({e}); without a network, point {key} at a "
-                          "local directory") from e
+    config = model_config_or_error(path, key, "the judge's causal LM")
     archs = list(getattr(config, "architectures", None) or [])
     if archs and not any(a.endswith(("ForCausalLM", "ForConditionalGeneration")) for a in archs):
         raise ConfigError(f"{key}={path!r} is a {', '.join(archs)} checkpoint, not a causal LM that can answer the "

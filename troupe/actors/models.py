@@ -197,3 +197,23 @@ def load_causal_lm(name_or_path: str, dtype: str = "float32", device: str = "cpu
 
 def count_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def model_config_or_error(path: str, key: str, what: str) -> Any:
+    """The transformers config of the model at ``path`` (a local directory or a hub id), read
+    without its weights so the driver can check a path before any actor starts; else a
+    `ConfigError` naming ``key`` and ``what`` the key should give."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    local = Path(path).expanduser()
+    if local.exists() and not (local / "config.json").is_file():
+        raise ConfigError(f"{key}={path!r} has no config.json: it is not a saved model; give {what}")
+    if not local.exists() and (path.startswith(("/", ".", "~")) or path.count("/") > 1):
+        raise ConfigError(f"{key}={path!r} does not exist; give a local directory or a hub id of {what}")
+    try:
+        return AutoConfig.from_pretrained(str(local) if local.exists() else path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{key}={path!r}: cannot read its config ({e}); without a network, point {key} at a "
+                          "local directory") from e

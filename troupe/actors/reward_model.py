@@ -76,18 +76,10 @@ def reward_model_kind(path: str, key: str = "reward.path") -> str:
     naming ``key`` and the fix. Reads the config and the weight names only, so the driver can
     check a path before any actor starts; a hub id whose weights are not downloaded yet is
     judged by its config, and its head is checked again when the actor loads it."""
-    from transformers import AutoConfig
+    from troupe.actors.models import model_config_or_error
 
+    config = model_config_or_error(path, key, "a reward model: " + FIX)
     local = Path(path).expanduser()
-    if local.exists() and not (local / "config.json").is_file():
-        raise ConfigError(f"{key}={path!r} has no config.json: it is not a saved model; {FIX}")
-    if not local.exists() and (path.startswith(("/", ".", "~")) or path.count("/") > 1):
-        raise ConfigError(f"{key}={path!r} does not exist; give a local reward-model directory or a hub id")
-    try:
-        config = AutoConfig.from_pretrained(str(local) if local.exists() else path)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{key}={path!r}: cannot read its config ({e}); without a network, point {key} at a "
-                          "local directory") from e
     archs = list(getattr(config, "architectures", None) or [])
     if any(a.endswith("ForSequenceClassification") for a in archs):
         if config.num_labels != 1:

@@ -183,3 +183,19 @@ def test_step_tables_joint_accuracy_and_the_latent_oracle_from_logged_episodes()
     broken = _row("test", good)
     broken["records"]["raw"] = None
     assert analysis.step_table([broken, rows[0]]).skipped == 1
+
+
+def test_an_executor_whose_prompts_outrun_its_context_is_refused_naming_the_task_keys(task, tmp_path):
+    from transformers import AutoTokenizer
+
+    from troupe.algorithms.comm.algorithm import check_context
+    from troupe.platform.errors import ConfigError
+
+    short = TinyLMSpec(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                       max_position_embeddings=64)
+    fit_sft(ModelConfig(tiny=short, sft=SFTConfig(steps=0)), MixedSFT([task], "executor", {"raw": 1}), tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    check_context([task], tok, str(tmp_path))  # two facts read: the prompts fit 64 positions
+    wide = SplitContext(SplitContextConfig(doc_facts=12, raw_length=12, budget=12, local_facts=6))
+    with pytest.raises(ConfigError, match="task.budget"):
+        check_context([wide], tok, str(tmp_path))

@@ -179,15 +179,11 @@ def regime_result(train: StepTable, test: StepTable, upstream: dict[str, StepTab
     hindsight = sel.oracle_frontier(outcomes, taxes, LAMBDAS)
     latent = latent_oracle(test, LAMBDAS)
     fixed_acc, fixed_cost = sel.fixed_points(outcomes, taxes)
-    random_pts = [sel.evaluate(sel.random_matched_cost(outcomes, taxes, c, rng), outcomes, taxes) for c in learned.cost]
-    random_acc = np.array([a for a, _ in random_pts])
-    random_cost = np.array([c for _, c in random_pts])
-    plain, none = ACTIONS.index("plain"), ACTIONS.index("none")
     e_suff, m_conf = test.z[:, FEATURES.index("self_sufficiency")], test.z[:, FEATURES.index("m_confidence")]
-    taus = np.concatenate([[-np.inf], np.quantile(e_suff, np.linspace(0, 1, 41)), [np.inf]])
-    threshold = sel.sweep(lambda t: sel.threshold_rule(e_suff, t, plain, none), taus, outcomes, taxes)
-    taus_m = np.concatenate([[-np.inf], np.quantile(m_conf, np.linspace(0, 1, 41)), [np.inf]])
-    sender = sel.sweep(lambda t: sel.sender_relative_rule(m_conf, t, plain, none), taus_m, outcomes, taxes)
+    rules = sel.baselines(outcomes, taxes, e_suff, m_conf, ACTIONS.index("plain"), ACTIONS.index("none"),
+                          learned.cost, rng)
+    threshold, sender = rules["threshold_self_sufficiency"], rules["sender_relative"]
+    random_acc, random_cost = rules["random"].accuracy, rules["random"].cost
     dom_fixed = sel.dominates(learned, fixed_cost, fixed_acc, DOMINANCE_TOL)
     beats_random = sel.dominates(learned, random_cost, random_acc, DOMINANCE_TOL)
     random_margin = sel.accuracy_at(learned.cost, learned.accuracy, random_cost) - random_acc

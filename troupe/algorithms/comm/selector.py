@@ -209,3 +209,23 @@ def threshold_rule(score: np.ndarray, tau: float, below: int, above: int) -> np.
 def sender_relative_rule(m_sufficiency: np.ndarray, tau: float, send: int, otherwise: int) -> np.ndarray:
     """Send the message iff M judges it sufficient (its score >= τ): the sender-relative rule."""
     return np.where(np.asarray(m_sufficiency) >= tau, send, otherwise)
+
+
+def baselines(outcomes: np.ndarray, taxes: np.ndarray, self_sufficiency: np.ndarray, m_confidence: np.ndarray,
+              send: int, silent: int, at_costs: np.ndarray, rng: np.random.Generator,
+              grid: int = 41) -> dict[str, Frontier]:
+    """§D.3's rule baselines on logged steps: random at each of ``at_costs`` (a matched-cost
+    mixture of fixed policies), a threshold on E's self-assessed sufficiency (``send`` below τ,
+    else ``silent``) and the sender-relative rule (``send`` when M's confidence is at least τ),
+    each τ swept over the quantiles of its score."""
+    points = [evaluate(random_matched_cost(outcomes, taxes, c, rng), outcomes, taxes) for c in at_costs]
+    random = Frontier(np.asarray(at_costs, dtype=float), np.array([a for a, _ in points]),
+                      np.array([c for _, c in points]))
+
+    def taus(score: np.ndarray) -> np.ndarray:
+        return np.concatenate([[-np.inf], np.quantile(score, np.linspace(0, 1, grid)), [np.inf]])
+
+    threshold = sweep(lambda t: threshold_rule(self_sufficiency, t, send, silent), taus(self_sufficiency),
+                      outcomes, taxes)
+    sender = sweep(lambda t: sender_relative_rule(m_confidence, t, send, silent), taus(m_confidence), outcomes, taxes)
+    return {"random": random, "threshold_self_sufficiency": threshold, "sender_relative": sender}
