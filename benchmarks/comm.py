@@ -15,18 +15,24 @@ probabilities, what a selector that knew each step exactly would reach. The hind
 which also sees each step's realised outcomes (coin flips no feature carries), is reported
 beside it as an upper bound.
 
-The LM-task half of §D (a real main agent and executor) is not measured here: see `lm_task`.
+The LM-task half (`lm_task`) runs ``troupe run comm`` once per seed: two tiny LMs fitted on the
+split-context task, logged counterfactually on engine actors, the selector fitted on the logs
+and run live. Its claims are §D.5's 1–6 as measured there, each holding when it holds in every
+seed; `troupe.algorithms.comm.analysis` says how each is judged.
 
-    python benchmarks/comm.py        # about 15 s on 2 cores
+    python benchmarks/comm.py                 # simulator about 15 s; the LM task about 12 min a seed on 2 cores
+    python benchmarks/comm.py --lm-seeds 0    # the simulator alone
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -143,21 +149,16 @@ def selector_regime(regime: str, n_train: int, n_test: int, seed: int) -> dict:
     oracle = sel.oracle_frontier(test.p_success, taxes, LAMBDAS)
     hindsight = sel.oracle_frontier(test.success.astype(float), taxes, LAMBDAS, outcomes=test.success.astype(float))
     fixed_acc, fixed_cost = sel.fixed_points(outcomes, taxes)
-    rng = np.random.default_rng(seed)
-    random_pts = [sel.evaluate(sel.random_matched_cost(outcomes, taxes, c, rng), outcomes, taxes)
-                  for c in learned.cost]
-    random_acc = np.array([a for a, _ in random_pts])
-    plain, none = ACTIONS.index("msg_plain"), ACTIONS.index("none")
     e_suff, m_conf = test.features[:, FEATURES.index("self_sufficiency")], test.features[:, FEATURES.index("m_confidence")]
-    taus = np.concatenate([[-np.inf], np.quantile(e_suff, np.linspace(0, 1, 41)), [np.inf]])
-    threshold = sel.sweep(lambda t: sel.threshold_rule(e_suff, t, plain, none), taus, outcomes, taxes)
-    taus_m = np.concatenate([[-np.inf], np.quantile(m_conf, np.linspace(0, 1, 41)), [np.inf]])
-    sender = sel.sweep(lambda t: sel.sender_relative_rule(m_conf, t, plain, none), taus_m, outcomes, taxes)
+    rules = sel.baselines(outcomes, taxes, e_suff, m_conf, ACTIONS.index("msg_plain"), ACTIONS.index("none"),
+                          learned.cost, np.random.default_rng(seed))
+    threshold, sender = rules["threshold_self_sufficiency"], rules["sender_relative"]
+    random_acc = rules["random"].accuracy
 
     regret = sel.regret_at_matched_cost(learned, oracle)
     cost_max = float(fixed_cost.max())  # always-RAW: the normalised cost axis runs to it
     dom_fixed = sel.dominates(learned, fixed_cost, fixed_acc, DOMINANCE_TOL)
-    random_cost = np.array([c for _, c in random_pts])
+    random_cost = rules["random"].cost
     beats_random = sel.dominates(learned, random_cost, random_acc, DOMINANCE_TOL)
     random_margin = sel.accuracy_at(learned.cost, learned.accuracy, random_cost) - random_acc
     brier = ((q_hat - test.success) ** 2).mean(0)
@@ -194,11 +195,50 @@ def stage_shares(stage: np.ndarray, success: np.ndarray) -> dict:
 
 
 # -- the LM-task half ------------------------------------------------------------------------------
-def lm_task() -> str:
-    """§D's LM-task half: counterfactual logs of a real main agent and executor, the features
-    measured from them, and `troupe.algorithms.comm.selector` on those logs. Not measured yet;
-    nothing stands in for it."""
-    return "not run"
+LM_CLAIMS = 6  # §D.5's claims 1–6, as `troupe.algorithms.comm.analysis.claims` judges them on the LM task
+
+
+def lm_task(seeds: list[int], overrides: list[str], workdir: Path) -> dict:
+    """§D's LM-task half: ``troupe run comm`` once per seed (each seed fits its own agents and
+    draws its own episodes), every run's claims and numbers side by side."""
+    from troupe import Run
+
+    runs = []
+    for seed in seeds:
+        t0 = time.perf_counter()
+        out = workdir / f"comm-seed{seed}"
+        over = ["run.progress=false", f"run.seed={seed}", f"main.model.sft.seed={seed}",
+                f"executor.model.sft.seed={seed}", *overrides]
+        with Run("comm", overrides=over, out=out) as r:
+            r.run()
+        res = json.loads((out / "comm" / "results.json").read_text())
+        prepared = json.loads((out / "prepare.json").read_text())
+        runs.append({"seed": seed, "wall_s": round(time.perf_counter() - t0, 1),
+                     "sft": {role: prepared.get(role, {}).get("sft") for role in ("main", "executor")},
+                     "claims": res["claims"], "upstream_gains": res.get("upstream_gains"),
+                     "agent_skill": {k: v.get("agent_skill") for k, v in res["regimes"].items()},
+                     "regimes": {k: {"fixed": v["fixed"], "selector": v["selector_at_live_lambda"],
+                                     "live": v.get("live"), "regret_to_latent_oracle": v["regret_to_latent_oracle"],
+                                     "regret_to_hindsight_oracle": v["regret_to_hindsight_oracle"],
+                                     "dominates_fixed": v["dominates_fixed"],
+                                     "dominates_random_at_matched_cost": v["dominates_random_at_matched_cost"],
+                                     "frontier_area_normalised_cost": v["frontier_area_normalised_cost"],
+                                     "stages": v["stages"], "test_steps": v["test_steps"]}
+                                 for k, v in res["regimes"].items()}})
+    return {"seeds": seeds, "overrides": overrides, "runs": runs}
+
+
+def lm_claims(lm: dict) -> list[dict]:
+    """The LM task's version of each claim: it holds when it holds in every seed's run."""
+    out = []
+    for i in range(LM_CLAIMS):
+        per = [run["claims"][i] for run in lm["runs"]]
+        n = sum(c["holds"] for c in per)
+        out.append({"claim": f"LM task ({len(per)} seeds, holds in every seed): {per[0]['claim']}",
+                    "measured": f"holds in {n}/{len(per)}; " + "; ".join(
+                        f"seed {run['seed']}: {c['measured']}" for run, c in zip(lm["runs"], per, strict=True)),
+                    "holds": n == len(per)})
+    return out
 
 
 # -- claims -----------------------------------------------------------------------------------------
@@ -302,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", type=int, default=20_000)
     ap.add_argument("--test", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lm-seeds", type=int, default=3, help="runs of `troupe run comm` (0 skips the LM task)")
+    ap.add_argument("--lm-override", action="append", default=[], help="a key=value for every LM run")
+    ap.add_argument("--lm-runs", help="keep the LM runs' directories here (default: a temporary folder)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -319,8 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     result["upstream_strength_l_r_1"] = upstream_strength(1.0)
     result["stages"] = stage_distributions(args.draws, args.seed)
     result["selector"] = {r: selector_regime(r, args.train, args.test, args.seed) for r in REGIMES}
-    result["lm_task"] = lm_task()
     result["claims"] = claims(result)
+    if args.lm_seeds:
+        with tempfile.TemporaryDirectory(prefix="comm-bench-") as work:
+            result["lm_task"] = lm_task(list(range(args.lm_seeds)), args.lm_override, Path(args.lm_runs or work))
+        result["claims"] += lm_claims(result["lm_task"])
+    else:
+        result["lm_task"] = "not run (--lm-seeds 0)"
     result["wall_s"] = round(time.perf_counter() - t0, 1)
 
     RESULTS.mkdir(exist_ok=True)
