@@ -208,6 +208,9 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
     if template is not None:  # saved with the checkpoint, so every actor that loads it has it too
         tokenizer.chat_template = template
     layout = VideoLayout.of(model.config, model_cfg.path) if is_vision_model(model.config) else None
+    # SFT runs where the model will (model.device): a hub model fitted first trains on its GPU
+    device = model_cfg.device if model_cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
     rng = np.random.default_rng(model_cfg.sft.seed)
     torch.manual_seed(model_cfg.sft.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=model_cfg.sft.lr, weight_decay=0.0)
@@ -216,7 +219,8 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
     losses = []
     for _ in range(model_cfg.sft.steps):
         rows = task.sample(model_cfg.sft.batch_size, "train", rng)
-        loss = model(**sft_inputs(model, tokenizer, rows, layout)).loss
+        inputs = sft_inputs(model, tokenizer, rows, layout)
+        loss = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -224,7 +228,7 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
         sched.step()
         losses.append(loss.item())
     model.eval()
-    save_model(model, tokenizer, out)
+    save_model(model.to("cpu"), tokenizer, out)
     info = {"sft_steps": model_cfg.sft.steps, "final_loss": float(np.mean(losses[-20:])) if losses else None,
             "parameters": sum(p.numel() for p in model.parameters()), "seconds": round(time.perf_counter() - t0, 1)}
     log.info("SFT checkpoint built in %.1fs: %s", info["seconds"], info)

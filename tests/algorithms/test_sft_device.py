@@ -1,0 +1,31 @@
+"""SFT trains where the model is configured to run (``model.device``) and saves a CPU checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+
+from troupe.actors.models import load_causal_lm
+from troupe.algorithms.sft import ModelConfig, SFTConfig, fit_sft
+from troupe.envs.arithmetic import ArithmeticTask
+
+
+def _fit(device: str, out) -> dict:
+    return fit_sft(ModelConfig(device=device, sft=SFTConfig(steps=5, batch_size=8)), ArithmeticTask().sft_task(), out)
+
+
+def test_auto_fits_on_the_cpu_without_a_gpu_and_the_checkpoint_loads(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    info = _fit("auto", tmp_path)
+    assert info["sft_steps"] == 5 and info["final_loss"] > 0
+    model, _ = load_causal_lm(str(tmp_path))
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+@pytest.mark.gpu
+def test_sft_trains_on_the_gpu_and_saves_a_cpu_checkpoint(tmp_path):
+    info = _fit("cuda", tmp_path)
+    assert info["final_loss"] > 0
+    model, _ = load_causal_lm(str(tmp_path))
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
