@@ -132,6 +132,23 @@ def tiny_model_dir(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture
+def replay_first_rollout(ray_local):
+    """A function of an open GRPO `Run`: step 0's rollout replayed before the step runs, with the
+    same weights, prompts and seed, as (the rollout, its batch); what step 0 trains on."""
+
+    def replay(run):
+        from troupe.algorithms.policy_graph import group_rows, step_seed
+        from troupe.platform.batch import Batch
+
+        algo, c = run.algo, run.config
+        prompts, rows, _ = group_rows(algo.sample_prompts(0), c.grpo.group_size)
+        out = algo.policy.rollout(prompts, rows, c.rollout.sampling, step_seed(c.run.seed, 0, "sample")).result()
+        return out, Batch.concat(ray_local.get(out.batches))
+
+    return replay
+
+
 @pytest.fixture(scope="session")
 def troupe_cache(tmp_path_factory):
     """A private SFT cache for the session (so tests never read a user's ~/.cache/troupe)."""

@@ -155,21 +155,16 @@ def test_a_causal_lm_with_a_value_head_is_a_reward_model_read_at_its_last_token(
 
 
 @pytest.mark.timeout(600)
-def test_grpo_with_reward_kind_model_trains_on_the_models_scores(ray_local, troupe_cache, rm_path, tmp_path):
+def test_grpo_with_reward_kind_model_trains_on_the_models_scores(ray_local, troupe_cache, rm_path, tmp_path,
+        replay_first_rollout):
     from troupe import Run
-    from troupe.algorithms.policy_graph import group_rows, step_seed
 
     overrides = ["run.progress=false", "eval.num_prompts=8", "grpo.prompts_per_step=2", "grpo.group_size=4",
                  "run.steps=2", "run.eval_every=0",
                  "run.checkpoint_every=0", "reward.kind=model", f"reward.path={rm_path}"]
     with Run("grpo", preset="smoke", overrides=overrides, out=tmp_path / "run") as run:
-        algo, c = run.algo, run.config
         assert "checker" in run.graph.groups  # eval accuracy stays the task's exact checker
-        # Step 0's rollout, replayed before the step with the same weights, prompts and seed.
-        prompts, rows, _ = group_rows(algo.sample_prompts(0), c.grpo.group_size)
-        seed = step_seed(c.run.seed, 0, "sample")
-        replay = algo.policy.rollout(prompts, rows, c.rollout.sampling, seed).result()
-        batch = Batch.concat(ray_local.get(replay.batches))
+        replay, batch = replay_first_rollout(run)
         metrics = run.step()
         run.step()
         evaluated = run.evaluate()

@@ -198,22 +198,17 @@ def test_grpo_config_checks_the_judge_reward_before_any_actor_starts(tmp_path, t
 
 
 @pytest.mark.timeout(600)
-def test_grpo_with_reward_kind_judge_trains_on_the_judges_posterior(ray_local, troupe_cache, tiny_model_dir, tmp_path):
+def test_grpo_with_reward_kind_judge_trains_on_the_judges_posterior(ray_local, troupe_cache, tiny_model_dir, tmp_path,
+        replay_first_rollout):
     from troupe import Run
-    from troupe.algorithms.policy_graph import group_rows, step_seed
 
     overrides = ["run.progress=false", "eval.num_prompts=8", "grpo.prompts_per_step=2", "grpo.group_size=4",
                  "run.steps=2", "run.eval_every=0", "run.checkpoint_every=0", "reward.kind=judge",
                  f"reward.path={tiny_model_dir}", "reward.judge_reference=answer", "reward.judge_min_mass=0.0",
                  "reward.judge_estimate=lower", "reward.judge_quantile=0.2", "reward.judge_draws=128"]
     with Run("grpo", preset="smoke", overrides=overrides, out=tmp_path / "run") as run:
-        algo, c = run.algo, run.config
         assert "checker" in run.graph.groups  # eval accuracy stays the task's exact checker
-        # Step 0's rollout, replayed before the step with the same weights, prompts and seed.
-        prompts, rows, _ = group_rows(algo.sample_prompts(0), c.grpo.group_size)
-        seed = step_seed(c.run.seed, 0, "sample")
-        replay = algo.policy.rollout(prompts, rows, c.rollout.sampling, seed).result()
-        batch = Batch.concat(ray_local.get(replay.batches))
+        replay, batch = replay_first_rollout(run)
         metrics = run.step()
         run.step()
         evaluated = run.evaluate()
@@ -223,7 +218,7 @@ def test_grpo_with_reward_kind_judge_trains_on_the_judges_posterior(ray_local, t
     mean = torch.tensor([preference_posterior(call, (), JudgePrior()).mean for call in calls])
     torch.testing.assert_close(replay.extras["judge_mean"], mean.float(), atol=1e-5, rtol=0)
     own = JudgeReward(tiny_model_dir, estimate="lower", quantile=0.2, draws=128, reference_key="answer",
-                      min_mass=0.0, seed=c.run.seed).score(batch)["rewards"]
+                      min_mass=0.0, seed=run.config.run.seed).score(batch)["rewards"]
     torch.testing.assert_close(replay.rewards, own, atol=1e-5, rtol=0)
     assert (replay.rewards < replay.extras["judge_mean"]).all()  # the lower bound, as configured
     assert metrics["reward/mean"] == pytest.approx(float(own.mean()), abs=1e-5)
