@@ -27,7 +27,7 @@ from troupe.algorithms.policy_graph import rollout_class, step_seed
 from troupe.algorithms.sft import prepare_policy
 from troupe.envs.split_context import SplitContext, SplitContextSFT
 from troupe.platform.algorithm import Algorithm, Report
-from troupe.platform.checkpoint import atomic_write_json
+from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
 from troupe.platform.config import to_dict
 from troupe.platform.errors import ConfigError
 from troupe.platform.placement import ActorGraph, Role
@@ -35,7 +35,9 @@ from troupe.platform.run import RunContext
 
 log = logging.getLogger("troupe")
 
-LOGS = "comm/logs.jsonl"  # one line per logged episode: its split, regime, parameters, records per action
+# One file per step, written whole and atomically: a line per logged episode (its split, regime,
+# parameters, and its step records under every action).
+LOGS = "comm/logs"
 RESULTS = "comm/results.json"
 
 
@@ -151,9 +153,7 @@ class Comm(Algorithm):
         for i, m in enumerate(meta):
             recs = {a: log_.records[a][i] for a in ACTIONS}
             lines.append(json.dumps({**m, "records": recs}))
-        path = self.ctx.artifact(LOGS)
-        with path.open("a") as f:  # appended per step; `load` cuts what a resumed run redoes
-            f.write("".join(line + "\n" for line in lines))
+        atomic_write_text(self.ctx.artifact(f"{LOGS}/step-{step:05d}.jsonl"), "".join(line + "\n" for line in lines))
         metrics: dict[str, float] = {"log/episodes": float(len(episodes)), "log/engine_calls": float(log_.engine_calls),
                                      "log/failed_forks": float(sum(log_.failed.values())),
                                      "time/episodes_s": log_.wall_s}
@@ -168,7 +168,7 @@ class Comm(Algorithm):
     def evaluate(self, step: int) -> dict[str, float]:
         """Fit the selector on every train log so far, score every policy on the test logs, run
         the selector live on the test episodes; write the results and plots."""
-        rows = read_logs(self.ctx.artifact(LOGS), upto=step)
+        rows = read_logs(self.ctx.run_dir / LOGS, upto=step)
         if not rows:
             return {}
         c = self.config.comm
@@ -214,17 +214,13 @@ class Comm(Algorithm):
 
     # -- state ---------------------------------------------------------------------------------
     def save(self, ckpt_dir: Path) -> None:
-        atomic_write_json(ckpt_dir / "comm.json", {"logged_steps": _logged_steps(self.ctx.artifact(LOGS))})
+        atomic_write_json(ckpt_dir / "comm.json", {"logged_steps": len(log_files(self.ctx.run_dir / LOGS))})
 
     def load(self, ckpt_dir: Path) -> None:
-        """Cut the logs back to the checkpoint: the steps after it run again."""
+        """Drop the logs of steps after the checkpoint: those steps run again."""
         done = json.loads((ckpt_dir / "comm.json").read_text())["logged_steps"]
-        path = self.ctx.artifact(LOGS)
-        if path.is_file():
-            keep = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] < done]
-            from troupe.platform.checkpoint import atomic_write_text
-
-            atomic_write_text(path, "".join(line + "\n" for line in keep))
+        for path in log_files(self.ctx.run_dir / LOGS)[done:]:
+            path.unlink()
 
     # -- report ----------------------------------------------------------------------------------
     @classmethod
@@ -267,14 +263,12 @@ def _beta(mean: float, concentration: float, rng: np.random.Generator) -> float:
     return float(rng.beta(concentration * mean, concentration * (1 - mean)))
 
 
-def read_logs(path: Path, upto: int | None = None) -> list[dict[str, Any]]:
+def log_files(folder: Path) -> list[Path]:
+    """The per-step log files, in step order."""
+    return sorted(folder.glob("step-*.jsonl")) if folder.is_dir() else []
+
+
+def read_logs(folder: Path, upto: int | None = None) -> list[dict[str, Any]]:
     """The logged episodes (of the steps before ``upto``)."""
-    if not path.is_file():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    rows = [json.loads(line) for path in log_files(folder) for line in path.read_text().splitlines() if line]
     return [r for r in rows if upto is None or r["step"] < upto]
-
-
-def _logged_steps(path: Path) -> int:
-    rows = read_logs(path)
-    return 1 + max(r["step"] for r in rows) if rows else 0
