@@ -32,11 +32,11 @@ def test_rows_check_exactly_and_localise_the_first_wrong_step(kind):
         assert all(step_correct(row["answer"], steps))
         wrong = list(steps)
         wrong[3] = (wrong[3] + 1) % 10
-        text = " ".join(map(str, wrong))
+        text = "".join(map(str, wrong))
         assert chain_exact(text, **row) == 0.0 and first_error(text, steps) == 3
         assert step_correct(text, steps) == [i != 3 for i in range(len(steps))]
-        assert first_error(" ".join(map(str, steps[:2])), steps) == 2  # stopped early
-        assert first_error(row["answer"] + " 5", steps) == len(steps)  # ran on
+        assert first_error("".join(map(str, steps[:2])), steps) == 2  # stopped early
+        assert first_error(row["answer"] + "5", steps) == len(steps)  # ran on
 
 
 def test_the_held_out_prompts_never_appear_in_training_and_are_fixed():

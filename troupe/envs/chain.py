@@ -3,9 +3,9 @@
 A prompt is ``H`` digits; the answer writes one digit per step, each a function of the last one
 and the step's input, so an error anywhere propagates to the final answer:
 
-* ``running_sum``: s_t = (s_{t−1} + d_t) mod 10 with s_0 = 0 (``sum 3 5 1 8:`` → ``3 8 9 7``);
+* ``running_sum``: s_t = (s_{t−1} + d_t) mod 10 with s_0 = 0 (``sum 3518=`` → ``3897``);
 * ``carry``: the digits of the sum of two H-digit numbers written low digit first, each step
-  adding a column and its carry (``add 47 + 85:`` → ``2 3 1``, i.e. 132 read backwards, one digit
+  adding a column and its carry (``add 47+85=`` → ``231``, i.e. 132 read backwards, one digit
   more when the last column carries).
 
 The horizon ``H`` (4 to 32) is the number of steps; ``checker`` scores the final answer exactly
@@ -61,9 +61,9 @@ class ChainTask(Task):
 
     def prompt(self, digits: tuple[int, ...]) -> str:
         if self.config.kind == "running_sum":
-            return "sum " + " ".join(map(str, digits)) + ":"
+            return "sum " + "".join(map(str, digits)) + "="
         h = self.config.horizon
-        return f"add {''.join(map(str, digits[:h]))} + {''.join(map(str, digits[h:]))}:"
+        return f"add {''.join(map(str, digits[:h]))}+{''.join(map(str, digits[h:]))}="
 
     def steps(self, digits: tuple[int, ...]) -> list[int]:
         """The chain's step outputs, in the order they are written."""
@@ -71,7 +71,7 @@ class ChainTask(Task):
 
     def row(self, digits: tuple[int, ...]) -> dict[str, Any]:
         steps = self.steps(digits)
-        return {"prompt": self.prompt(digits), "answer": " ".join(map(str, steps)), "steps": steps,
+        return {"prompt": self.prompt(digits), "answer": "".join(map(str, steps)), "steps": steps,
                 "kind": self.config.kind, "horizon": self.config.horizon}
 
     def sample(self, n: int, split: str, rng: np.random.Generator) -> list[dict]:
@@ -85,7 +85,7 @@ class ChainTask(Task):
         return rows
 
     def corpus(self, n: int = 2000, seed: int = 0) -> list[str]:
-        return [f"{r['prompt']} {r['answer']}" for r in self.sample(n, "train", np.random.default_rng(seed))]
+        return [f"{r['prompt']}{r['answer']}" for r in self.sample(n, "train", np.random.default_rng(seed))]
 
     # -- the Task contract -------------------------------------------------------------------
     def train_rows(self, n: int, rng: np.random.Generator) -> list[dict]:
