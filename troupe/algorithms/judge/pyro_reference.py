@@ -74,6 +74,15 @@ def _loglik(params: list[torch.Tensor], t: ObsTensors) -> torch.Tensor:
     return ll
 
 
+def _prior_tensors(prior: PriorArrays) -> tuple[torch.Tensor, ...]:
+    """The prior's arrays as the tensors both the Pyro model and the NUTS potential read:
+    (α_π, α_Φ, group means, group strengths, each rater's group)."""
+    f64 = dict(dtype=torch.float64)
+    return (torch.tensor(prior.alpha_pi, **f64), torch.tensor(prior.alpha_phi, **f64),
+            torch.tensor(prior.group_m, **f64), torch.tensor(prior.group_s, **f64),
+            torch.tensor(prior.rater_group, dtype=torch.long))
+
+
 def make_model(prior: PriorArrays, t: ObsTensors, enumerate_verdicts: bool = True):
     """The Pyro model of §G.2 for one stream.
 
@@ -83,12 +92,7 @@ def make_model(prior: PriorArrays, t: ObsTensors, enumerate_verdicts: bool = Tru
     import pyro.distributions as dist
     from pyro.ops.indexing import Vindex
 
-    f64 = dict(dtype=torch.float64)
-    alpha_pi = torch.tensor(prior.alpha_pi, **f64)
-    alpha_phi = torch.tensor(prior.alpha_phi, **f64)
-    m0 = torch.tensor(prior.group_m, **f64)
-    s_g = torch.tensor(prior.group_s, **f64)
-    rg = torch.tensor(prior.rater_group, dtype=torch.long)
+    alpha_pi, alpha_phi, m0, s_g, rg = _prior_tensors(prior)
 
     def model():
         pi = pyro.sample("pi", dist.Dirichlet(alpha_pi))
@@ -122,12 +126,7 @@ def _potential(prior: PriorArrays, t: ObsTensors):
     from torch.distributions.transforms import StickBreakingTransform
 
     sb = StickBreakingTransform()
-    f64 = dict(dtype=torch.float64)
-    alpha_pi = torch.tensor(prior.alpha_pi, **f64)
-    alpha_phi = torch.tensor(prior.alpha_phi, **f64)
-    m0 = torch.tensor(prior.group_m, **f64)
-    s_g = torch.tensor(prior.group_s, **f64)
-    rg = torch.tensor(prior.rater_group, dtype=torch.long)
+    alpha_pi, alpha_phi, m0, s_g, rg = _prior_tensors(prior)
 
     def constrain(z: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         x = {k: sb(v) for k, v in z.items()}
@@ -147,7 +146,7 @@ def _potential(prior: PriorArrays, t: ObsTensors):
     init = {"pi": (2,), "theta": (prior.n_raters, 3, 2), "phi": (*prior.alpha_phi.shape[:-1], prior.alpha_phi.shape[-1] - 1)}
     if prior.pooled:
         init["group_m"] = (len(prior.group_s), 3, 2)
-    return potential, constrain, {k: torch.zeros(v, **f64) for k, v in init.items()}
+    return potential, constrain, {k: torch.zeros(v, dtype=torch.float64) for k, v in init.items()}
 
 
 def nuts_posterior(
