@@ -232,3 +232,68 @@ def load_summeval(
                 meta.append(PairMeta(doc, d, sa, sb, dis))
     counts["pairs"] = len(comparisons)
     return SummEvalPairs(comparisons, meta, counts)
+
+
+# -- the user's own streams --------------------------------------------------------------------------
+@dataclasses.dataclass
+class StreamFile:
+    comparisons: list[Comparison]  # in file order; a repeated id is a late arrival
+    truth: dict[str, str]  # comparison id -> "A", "B" or "T", for the lines that give one
+
+
+def load_stream_jsonl(path: str | os.PathLike) -> StreamFile:
+    """A judgment stream in JSONL, one arrival per line, for ``troupe run judge`` (``streams.files``)::
+
+        {"id": "c1", "labels": [{"rater": "e1", "label": "A", "group": "expert"},
+                                {"rater": "w3", "label": ["A", "T"], "group": "crowd"}],
+         "judge": {"ab": "A", "ba": null}, "responses": ["...", "..."], "truth": "A"}
+
+    ``labels`` (a verdict or a list of them, a set-valued label), ``judge`` (content-space verdicts
+    of the two orders; null for an answer that parsed to no verdict), ``responses`` and ``truth``
+    are optional. The shape of each line is checked here, naming the line; the labels themselves
+    (verdicts outside A/B/T, empty sets, missing groups, a repeated id with other responses) are
+    checked by `encode_stream`, which names the comparison.
+    """
+    comparisons: list[Comparison] = []
+    truth: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}: line {n}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or "id" not in rec:
+                raise DataError(f"{where}: expected an object with an 'id' (and 'labels', 'judge', 'responses')")
+            cid = str(rec["id"])
+            labels = []
+            raw = rec.get("labels") or []
+            if not isinstance(raw, list):
+                raise DataError(f"{where}: 'labels' must be a list of {{'rater', 'label', 'group'}} objects")
+            for k, lab in enumerate(raw):
+                if not isinstance(lab, dict) or "rater" not in lab or "label" not in lab:
+                    raise DataError(f"{where}: labels[{k}] = {lab!r}; expected an object with 'rater' and 'label'")
+                value = lab["label"]
+                if not isinstance(value, str | list):
+                    raise DataError(f"{where}: labels[{k}].label = {value!r}; expected A, B, T or a list of them")
+                group = lab.get("group")
+                labels.append(HumanLabel(str(lab["rater"]), value if isinstance(value, str) else frozenset(value),
+                                         None if group is None else str(group)))
+            judge = rec.get("judge")
+            if judge is not None:
+                if not isinstance(judge, dict) or set(judge) - {"ab", "ba"}:
+                    raise DataError(f"{where}: 'judge' must be {{'ab': verdict or null, 'ba': verdict or null}}")
+                judge = JudgePair(judge.get("ab"), judge.get("ba"))
+            responses = rec.get("responses")
+            if responses is not None:
+                if not isinstance(responses, list) or len(responses) != 2:
+                    raise DataError(f"{where}: 'responses' must be the two responses compared, [A, B]")
+                responses = (str(responses[0]), str(responses[1]))
+            if rec.get("truth") is not None:
+                if rec["truth"] not in VERDICTS:
+                    raise DataError(f"{where}: truth {rec['truth']!r} is not one of {VERDICTS}")
+                truth.setdefault(cid, rec["truth"])
+            comparisons.append(Comparison(cid, tuple(labels), judge, responses))
+    return StreamFile(comparisons, truth)

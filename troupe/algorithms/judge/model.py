@@ -141,7 +141,8 @@ def _label_cells(label: str | Iterable[str], where: str) -> tuple[int, ...]:
 
 
 def encode_stream(
-    comparisons: Iterable[Comparison], judge_model: str = "joint", require_groups: bool = True
+    comparisons: Iterable[Comparison], judge_model: str = "joint", require_groups: bool = True,
+    roster: Sequence[tuple[str, str]] = (),
 ) -> EncodedStream:
     """Validate a stream and encode it (§G.1). Bad input raises DataError naming the comparison and the fix.
 
@@ -149,6 +150,8 @@ def encode_stream(
     A rater labels a comparison at most once, and the judge pair arrives at most once: the model's
     one-step predictive (§G.3a) is a product of Dirichlet means only when no row is hit twice.
     A judge pair with both orders unparsed is skipped and counted; one unparsed order is coarsened to a set.
+    ``roster``: (rater, group) pairs registered first, in this order, so that a stream encoded as it
+    grows keeps its raters' and groups' indices (and the filter's arrays their shapes).
     """
     if judge_model not in JUDGE_MODELS:
         raise ConfigError(f"judge.judge_model={judge_model!r}: expected one of {JUDGE_MODELS}")
@@ -161,6 +164,12 @@ def encode_stream(
     rater_group: list[int] = []
     events: list[Event] = []
     counts = {"late_events": 0, "set_labels": 0, "judge_half_unparsed": 0, "judge_unparsed_skipped": 0}
+    for rater, group in roster:
+        if rater in raters:
+            raise DataError(f"roster: rater {rater!r} is listed twice")
+        groups.setdefault(group, len(groups))
+        raters[rater] = len(raters)
+        rater_group.append(groups[group])
     for comp in comparisons:
         cid = str(comp.id)
         late = cid in items
