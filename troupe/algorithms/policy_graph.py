@@ -28,6 +28,7 @@ from troupe.actors.transport.base import (
     pack_state_dict,
     unpack_state_dict,
 )
+from troupe.algorithms.icrm.reward import ICRMReward
 from troupe.algorithms.judge.reward import JudgeReward, judge_reward_kwargs
 from troupe.algorithms.rollout import PendingUpdate, Rollout
 from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
@@ -64,15 +65,17 @@ class PolicyGraph:
     ``rollout``, ``reward``, ``learner`` and ``reference`` sections."""
 
     def __init__(self, cfg: Any, model_path: str, reward_kwargs: dict[str, Any] | None = None, prefix: str = "",
-                 shared_roles: bool = True) -> None:
+                 shared_roles: bool = True, reward_role: str = "reward", checker_role: str = "checker") -> None:
         """``prefix`` names this policy's learner and rollout roles, so several policies (the arms
         of a comparison) live in one graph; they share one reward and one reference role, which
-        only the policy built with ``shared_roles=True`` declares."""
+        only the policy built with ``shared_roles=True`` declares. ``reward_role`` names the role
+        that scores this policy's rollouts and ``checker_role`` the one `evaluate` scores with, when
+        arms are trained against different rewards and evaluated by one gold reward."""
         self.cfg = cfg
         self.prefix = prefix
         self.shared_roles = shared_roles
-        self.names = {"learner": f"{prefix}learner", "rollout": f"{prefix}rollout", "reward": "reward",
-                      "checker": "checker", "reference": "reference"}
+        self.names = {"learner": f"{prefix}learner", "rollout": f"{prefix}rollout", "reward": reward_role,
+                      "checker": checker_role, "reference": "reference"}
         self.model_path = str(model_path)
         self.reward_kwargs = reward_kwargs or {}
         self.graph: ActorGraph | None = None
@@ -115,8 +118,8 @@ class PolicyGraph:
         return roles
 
     def _reward_roles(self) -> list[Role]:
-        """The "reward" role: `RuleReward` (``reward.kind=rule``), `RewardModel` (``model``) or
-        `JudgeReward` (``judge``), each restarted when it dies. A reward model or judge is no exact
+        """The "reward" role: `RuleReward` (``reward.kind=rule``), `RewardModel` (``model``),
+        `JudgeReward` (``judge``) or `ICRMReward` (``icrm``), each restarted when it dies. A reward model or judge is no exact
         checker, so it comes with a "checker" role (the rule ``reward.fn``) that `evaluate` scores
         held-out accuracy with."""
         r = self.cfg.reward
@@ -126,6 +129,9 @@ class PolicyGraph:
         if r.kind == "model":
             cls, kwargs = RewardModel, {"path": r.path, "dtype": r.dtype, "device": r.device,
                                         "batch_size": r.batch_size, "max_length": r.max_length}
+        elif r.kind == "icrm":
+            cls, kwargs = ICRMReward, {"path": r.path, "estimate": r.icrm_estimate, "reference": r.icrm_reference,
+                                       "device": r.device, "batch_size": r.batch_size}
         else:
             cls, kwargs = JudgeReward, judge_reward_kwargs(r, self.cfg.run.seed)
         return [Role("reward", cls, num_cpus=r.num_cpus, num_gpus=r.num_gpus, kwargs=kwargs,

@@ -52,24 +52,9 @@ class GRPO(Algorithm):
         return self.task.train_rows(self.config.grpo.prompts_per_step, rng)
 
     def step(self, step: int) -> dict[str, float]:
-        c, p = self.config, self.policy
-        prompts, rows, group_ids = group_rows(self.sample_prompts(step), c.grpo.group_size)
-        out = p.rollout(prompts, rows, c.rollout.sampling, step_seed(c.run.seed, step, "sample")).result()
-        advantages = self.advantage(out.rewards, group_ids)  # e.g. GRPO: A_i = (r_i - mean) / std
-        metrics = p.update_and_sync(out.batches, {"advantages": advantages}).result()
-        grouped = out.rewards.view(-1, c.grpo.group_size)
-        # A judge's answers that parsed to no verdict are counted in the step's metrics, never absorbed.
-        unparsed = {"reward/judge_unparsed": float(out.extras["judge_unparsed"].sum())} \
-            if "judge_unparsed" in out.extras else {}
-        return {**metrics, **unparsed,
-                "reward/mean": float(out.rewards.mean()),
-                "reward/std": float(out.rewards.std()),
-                "reward/solved_groups": float((grouped.max(1).values > 0).float().mean()),
-                "reward/zero_std_groups": float((grouped.std(1) == 0).float().mean()),
-                "reward/errors": float(len(out.errors)),
-                "faults": float(p.pop_faults()),
-                "time/generate_s": out.generate_s,
-                "time/reward_s": out.reward_s}
+        c = self.config
+        return grpo_step(self.policy, self.sample_prompts(step), c.grpo.group_size, c.rollout.sampling,
+                         step_seed(c.run.seed, step, "sample"), self.advantage)
 
     def evaluate(self, step: int) -> dict[str, float]:
         greedy = dataclasses.replace(self.config.rollout.sampling, temperature=self.config.eval.temperature)
@@ -112,3 +97,26 @@ class GRPO(Algorithm):
 
 def _f(v: Any) -> str:
     return "–" if v is None else f"{v:.3f}"
+
+
+def grpo_step(policy: PolicyGraph, rows: list[dict], group_size: int, sampling: Any, seed: int,
+              advantage: Any) -> dict[str, float]:
+    """One GRPO step of ``policy`` on ``rows``: a group of ``group_size`` samples per row, scored
+    by the policy's reward role, advantages relative to the group, an update and a weight sync."""
+    prompts, rows, group_ids = group_rows(rows, group_size)
+    out = policy.rollout(prompts, rows, sampling, seed).result()
+    advantages = advantage(out.rewards, group_ids)  # e.g. GRPO: A_i = (r_i - mean) / std
+    metrics = policy.update_and_sync(out.batches, {"advantages": advantages}).result()
+    grouped = out.rewards.view(-1, group_size)
+    # A judge's answers that parsed to no verdict are counted in the step's metrics, never absorbed.
+    unparsed = {"reward/judge_unparsed": float(out.extras["judge_unparsed"].sum())} \
+        if "judge_unparsed" in out.extras else {}
+    return {**metrics, **unparsed,
+            "reward/mean": float(out.rewards.mean()),
+            "reward/std": float(out.rewards.std()),
+            "reward/solved_groups": float((grouped.max(1).values > 0).float().mean()),
+            "reward/zero_std_groups": float((grouped.std(1) == 0).float().mean()),
+            "reward/errors": float(len(out.errors)),
+            "faults": float(policy.pop_faults()),
+            "time/generate_s": out.generate_s,
+            "time/reward_s": out.reward_s}
