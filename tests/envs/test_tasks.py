@@ -125,7 +125,7 @@ def test_a_key_of_another_task_is_an_unknown_key(jsonl_files):
 
 def test_an_unknown_task_names_the_key_the_value_and_the_registered_tasks():
     with pytest.raises(ConfigError, match=r"task.name='sorting'.*unknown task 'sorting'.*"
-                                          r"arithmetic, chain, dataset, jsonl, video_qa") as e:
+                                          r"arithmetic, chain, dataset, jsonl, persona_prompts, video_qa") as e:
         grpo("task.name=sorting")
     assert "TASKS" in str(e.value)
     with pytest.raises(ConfigError, match=r"task.name='no_such_module:Task'.*cannot import.*arithmetic, chain, dataset, jsonl"):

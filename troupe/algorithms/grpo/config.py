@@ -44,8 +44,9 @@ class RewardConfig:
     # rule: a Python function per row (`fn`); model: a learned reward model (`path`); judge: the
     # BayesJudge posterior that the completion beats the row's reference, from an LLM judge (`path`)
     # called in both orders (troupe.algorithms.judge.reward). With model and judge, `fn` stays the
-    # held-out checker, so eval/accuracy stays the task's exact accuracy.
-    kind: Literal["rule", "model", "judge"] = "rule"
+    # held-out checker, so eval/accuracy stays the task's exact accuracy. icrm: an in-context
+    # reward model (`path`: the models/icrm directory of an icrm run) steered by each row's demos.
+    kind: Literal["rule", "model", "judge", "icrm"] = "rule"
     # A registered reward or "module:function"; None: the task's own exact checker.
     fn: str | None = registered(None, REWARDS)
     on_error: float | str = "raise"  # "raise", or the reward a failing row gets (and is counted)
@@ -68,6 +69,10 @@ class RewardConfig:
     judge_backend: str = registered("hf", ROLLOUT_BACKENDS)  # the engine the judge runs in its actor
     judge_min_mass: float = 0.5  # an answer whose A/B/T letters hold less first-token mass is unparsed
     judge_template: str | None = None  # the question, with {prompt}, {first}, {second}; None: the default
+    # kind=icrm: mu = P(completion > row[icrm_reference] | demos), r = the completion's reward
+    # r(x, y; demos), conservative = E_q log p against the reference (troupe.algorithms.icrm.reward)
+    icrm_estimate: Literal["mu", "r", "conservative"] = "mu"
+    icrm_reference: str = "reference"
     num_cpus: float = 0.1
     num_gpus: float = 0.0
     max_restarts: int = 2  # a reward actor that dies is restarted and its call re-issued
@@ -88,6 +93,8 @@ class RewardConfig:
               "a hub id or local directory of a reward model, with reward.kind=model")
         check(self.kind != "judge" or bool(self.path), "reward.path", self.path,
               "a hub id or local directory of the judge's causal LM, with reward.kind=judge")
+        check(self.kind != "icrm" or bool(self.path), "reward.path", self.path,
+              "the directory of an in-context reward model (an icrm run's models/icrm), with reward.kind=icrm")
         check(0 < self.judge_quantile < 1, "reward.judge_quantile", self.judge_quantile, "a probability in (0, 1)")
         check(self.judge_draws >= 1, "reward.judge_draws", self.judge_draws, "an integer >= 1")
         check(0 <= self.judge_min_mass <= 1, "reward.judge_min_mass", self.judge_min_mass, "a probability in [0, 1]")
@@ -107,6 +114,10 @@ class RewardConfig:
             check_judge_path(self.path)
             check_template(self.judge_template)
             judge_prior(self.judge_prior)
+        elif self.kind == "icrm":
+            from troupe.algorithms.icrm.text import check_icrm_path
+
+            check_icrm_path(self.path)
 
 
 @dataclasses.dataclass

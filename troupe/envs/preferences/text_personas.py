@@ -176,3 +176,46 @@ class TextPersonas:
         label = np.array([e.query.label for e in episodes], dtype=np.int64)
         return FeatureEpisodes(chosen, rejected, mask, demo_label, qa, qb, label,
                                bt_probability(w_all[who], qa, qb, self.cfg.beta0), who)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResponsePool:
+    """Responses written once, with the features read back from their text: episodes drawn from a
+    pool cost index draws, not text generation (a learner draws thousands of pairs per second)."""
+
+    texts: tuple[str, ...]
+    features: np.ndarray  # (n, 8), `TextPersonas.features` of each text
+    prompts: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def response_pool(personas: TextPersonas, n: int, rng: np.random.Generator) -> ResponsePool:
+    """``n`` responses of ``personas``' generator, each with a prompt drawn from `PROMPTS`."""
+    texts = personas.write(rng, n)
+    return ResponsePool(tuple(texts), personas.features(texts), tuple(str(p) for p in rng.choice(PROMPTS, size=n)))
+
+
+def pool_episodes(personas: TextPersonas, pool: ResponsePool, weights: np.ndarray, n: int, rng: np.random.Generator,
+                  k: int | tuple[int, int] | None = None, names: Sequence[str] | None = None) -> list[Episode]:
+    """As `TextPersonas.episodes`, with every response drawn from ``pool`` (each pair of two distinct
+    responses), labels Bradley–Terry on the pool's features."""
+    w_all = check_personas(personas.cfg, weights)
+    names = list(names) if names is not None else [f"persona-{i}" for i in range(len(w_all))]
+    if len(names) != len(w_all):
+        raise ConfigError(f"{len(names)} persona names for {len(w_all)} personas; give one name each")
+    if len(pool) < 2:
+        raise ConfigError(f"a response pool of {len(pool)} responses; pairs need at least 2")
+    ks = draw_k(n, (0, personas.cfg.max_demos) if k is None else k, rng)
+    who = rng.integers(len(w_all), size=n)
+    out = []
+    for i in range(n):
+        m = int(ks[i]) + 1
+        a = rng.integers(len(pool), size=m)
+        b = (a + rng.integers(1, len(pool), size=m)) % len(pool)  # never a response against itself
+        p = bt_probability(w_all[who[i]], pool.features[a], pool.features[b], personas.cfg.beta0)
+        won = rng.random(m) < p
+        pairs = [Comparison(pool.prompts[a[j]], pool.texts[a[j]], pool.texts[b[j]], int(won[j])) for j in range(m)]
+        out.append(Episode(tuple(pairs[:-1]), pairs[-1], names[who[i]]))
+    return out

@@ -1,0 +1,271 @@
+"""icrm: a reward model steered by in-context preference demonstrations (ALGORITHMS.md §C), fitted
+by learner actors beside its baselines on the same backbone, chosen, saved, and used as the
+reward of GRPO arms (ICRM-RL).
+
+The graph is ``workers.count`` learner actors (`ICRMLearner`); the models of the comparison
+(`learner.variants`: ICRM at each λ of ``train.lambdas``, the in-context BCE point model, the
+static BT RMs of the ensemble, the generative judge) are dealt to them by estimated cost. A step
+fits every model for its share of ``train.steps``. After the last step the driver scores every
+model on the evaluation episodes, chooses λ by validation ECE, and saves the chosen ICRM and the
+static RM under ``models/`` — the directories ``reward.kind=icrm`` reads in a GRPO run.
+
+Then ICRM-RL (``rl``): ``rl.steps`` GRPO steps for each arm of ``rl.arms`` (`config.ARMS`), all
+from one SFT policy on the persona prompts: ``icrm`` is rewarded by the chosen ICRM steered by
+persona a's demos in every row, ``static`` by the static RM (which reads no demos), ``icrm_b`` by
+the same ICRM steered by persona b's. Every arm is scored by both personas' gold rewards on
+held-out prompts (greedy), every ``rl.eval_every`` steps. The reward roles read their model at
+their first call, once the fitting has saved it.
+
+The report is rebuilt from ``predictions.json``, ``truth.json`` and ``rl.jsonl`` alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from troupe.algorithms.grpo.algorithm import grpo_step
+from troupe.algorithms.icrm import analysis
+from troupe.algorithms.icrm.config import ARMS, ICRMRunConfig
+from troupe.algorithms.icrm.learner import (
+    ICRMLearner,
+    Variant,
+    corpus,
+    eval_sets,
+    icrm_name,
+    task_data,
+    variants,
+)
+from troupe.algorithms.icrm.reward import ICRMReward
+from troupe.algorithms.icrm.text import prepare_backbone
+from troupe.algorithms.policy_graph import PolicyGraph, step_seed
+from troupe.algorithms.sft import prepare_policy
+from troupe.envs.persona_prompts import PersonaPromptsTask
+from troupe.platform.algorithm import Algorithm, Report
+from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
+from troupe.platform.config import to_dict
+from troupe.platform.errors import ConfigError
+from troupe.platform.placement import ActorGraph, Role
+from troupe.platform.registry import ADVANTAGES
+from troupe.platform.run import RunContext
+
+# Relative cost of one training step, for dealing models to learners: an in-context model reads
+# 2k + 2 responses per episode, a static one 2, the judge one sequence of all of them.
+COST = {"context": 1.0, "static": 0.15, "judge": 1.5}
+
+
+def cost(v: Variant) -> float:
+    return COST["judge"] if v.kind == "judge" else COST["context" if v.context else "static"]
+
+
+def deal(vs: list[Variant], workers: int) -> list[list[Variant]]:
+    """Largest first to the least loaded learner; no learner is left empty."""
+    n = min(workers, len(vs))
+    shares: list[list[Variant]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for v in sorted(vs, key=lambda v: -cost(v)):
+        i = int(np.argmin(load))
+        shares[i].append(v)
+        load[i] += cost(v)
+    return shares
+
+
+class ICRMAlgorithm(Algorithm):
+    Config = ICRMRunConfig
+    summary_line = "ICRM: a reward model steered by in-context demos vs static, point, ensemble and judge baselines"
+    progress_metrics = ("loss/" + icrm_name(1.0),)
+
+    def __init__(self, config: ICRMRunConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.variants = variants(config)
+        self.shares = deal(self.variants, config.workers.count)
+        self.holder = {v.name: i for i, share in enumerate(self.shares) for v in share}
+        self.backbone_path = ""
+        self.finished = False
+        rl = config.rl
+        self.tasks = {who: PersonaPromptsTask(dataclasses.replace(
+            rl.policy.task, weights=list(getattr(rl, f"persona_{who}")), demos=config.data.personas.max_demos,
+            beta0=config.data.personas.beta0)) for who in ("a", "b")}
+        self.eval_rows = {who: t.eval_rows(rl.policy.eval.num_prompts) for who, t in self.tasks.items()}
+        self.arms: dict[str, PolicyGraph] = {}
+        self.advantage = ADVANTAGES.get(rl.policy.grpo.advantage)
+        self.rl_log: list[dict[str, Any]] = []
+
+    def prepare(self) -> dict[str, Any]:
+        """The backbone every reward model reads with (the embedded one pretrained on the task's
+        text, cached), and the SFT policy the RL arms start from."""
+        c = self.config
+        self.backbone_path, backbone = prepare_backbone(c.backbone, corpus(c, task_data(c)), to_dict(c.data))
+        facts: dict[str, Any] = {"backbone": backbone, "backbone_path": self.backbone_path,
+                                 "models": [v.name for v in self.variants],
+                                 "learners": [[v.name for v in share] for share in self.shares]}
+        if c.rl.steps:
+            policy: dict[str, Any] = {}
+            prepare_policy(c.rl.policy.model, self.tasks["a"].sft_task(), self.tasks["a"].cache_key(), policy)
+            facts["policy"] = policy
+            # Each arm's reward role is its reward model; the shared "reward" role (a rule) is the
+            # gold reward every arm is evaluated with.
+            self.arms = {arm: PolicyGraph(c.rl.policy, policy["model_path"], prefix=f"{arm}_", shared_roles=i == 0,
+                                          reward_role=f"reward_{ARMS[arm][0]}", checker_role="reward")
+                         for i, arm in enumerate(c.rl.arms)}
+        return facts
+
+    def roles(self) -> list[Role]:
+        c = self.config
+        roles = [Role("learner", ICRMLearner, count=len(self.shares), num_cpus=c.workers.num_cpus,
+                      kwargs={"cfg": c, "backbone_path": self.backbone_path},
+                      rank_kwargs=[{"variants": share} for share in self.shares])]
+        if not self.arms:
+            return roles
+        r = c.rl.policy.reward
+        for rm in sorted({ARMS[arm][0] for arm in c.rl.arms}):
+            roles.append(Role(f"reward_{rm}", ICRMReward, num_cpus=r.num_cpus, max_restarts=r.max_restarts,
+                              kwargs={"path": str(self.ctx.artifact(f"models/{rm}")), "estimate": c.rl.estimate,
+                                      "device": r.device, "batch_size": r.batch_size}))
+        return roles + [role for p in self.arms.values() for role in p.roles()]
+
+    def setup(self, graph: ActorGraph) -> None:
+        super().setup(graph)
+        for p in self.arms.values():
+            p.setup(graph)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def step(self, step: int) -> dict[str, float]:
+        if step >= self.config.train.chunks:
+            return self.rl_step(step - self.config.train.chunks)
+        c = self.config
+        until = round((step + 1) * c.train.steps / c.train.chunks)
+        metrics: dict[str, float] = {"train_steps": float(until)}
+        for share in self.graph["learner"].call("advance", until):
+            for name, r in share.items():
+                metrics[f"loss/{name}"] = r["loss"]
+                metrics[f"time/{name}_s"] = r["seconds"]
+        if step == c.train.chunks - 1:
+            metrics |= self.finish()
+        return metrics
+
+    def finish(self) -> dict[str, float]:
+        """Score every model on the evaluation episodes, choose λ, save the RMs for RL."""
+        c = self.config
+        predictions: dict[str, Any] = {}
+        for share in self.graph["learner"].call("predict"):
+            predictions |= share
+        predictions = json.loads(json.dumps(predictions))  # the report reads k as a string key, as from the file
+        truth = {s: {str(k): {"label": [e.query.label for e in eps], "p_true": p.tolist()}
+                     for k, (eps, p) in by_k.items()} for s, by_k in eval_sets(c, task_data(c)).items()}
+        atomic_write_json(self.ctx.artifact("predictions.json"), predictions)
+        atomic_write_json(self.ctx.artifact("truth.json"), truth)
+        tab = analysis.table(predictions, truth)
+        selected, eces = analysis.select_lambda(tab, {icrm_name(lam): lam for lam in c.train.lambdas})
+        saved = {}
+        for role, name in (("icrm", selected), ("static", "static_0" if c.train.ensemble else None)):
+            if name is None:
+                continue
+            path = self.ctx.artifact(f"models/{role}")
+            group = self.graph["learner"]
+            group.wait([group[self.holder[name]].save_model.remote(name, str(path))], "save_model")
+            saved[role] = {"model": name, "path": str(path)}
+        atomic_write_json(self.ctx.artifact("selection.json"), {"selected": selected, "validation_ece": eces,
+                                                                "saved": saved})
+        self.finished = True
+        t = tab[selected]["seen"]
+        return {"eval/selected_lambda": float(selected.removeprefix("icrm_lam")),
+                "eval/icrm_ece_seen": t["all"]["ece"], "eval/icrm_accuracy_seen": t["all"]["accuracy"]}
+
+    # -- ICRM-RL -------------------------------------------------------------------------------------
+    def rl_step(self, t: int) -> dict[str, float]:
+        """GRPO step ``t`` of every arm, on the same prompts (each arm's own persona's demos);
+        the gold evaluation before the first step and every ``rl.eval_every`` after."""
+        c = self.config.rl
+        metrics: dict[str, float] = {}
+        if t == 0:
+            metrics |= self.rl_evaluate(0)
+        rng = np.random.default_rng(step_seed(self.config.run.seed, t, "rl_prompts"))
+        state = rng.bit_generator.state
+        for arm, policy in self.arms.items():
+            rng.bit_generator.state = state  # the same prompts and reference responses for every arm
+            rows = self.tasks[ARMS[arm][1]].train_rows(c.policy.grpo.prompts_per_step, rng)
+            out = grpo_step(policy, rows, c.policy.grpo.group_size, c.policy.rollout.sampling,
+                            step_seed(self.config.run.seed, t, f"rl_sample/{arm}"), self.advantage)
+            metrics |= {f"rl/{k}/{arm}": v for k, v in out.items()}
+        if (t + 1) % c.eval_every == 0 or t + 1 == c.steps:
+            metrics |= self.rl_evaluate(t + 1)
+        return metrics
+
+    def rl_evaluate(self, t: int) -> dict[str, float]:
+        """Both personas' gold reward of every arm's greedy completions on held-out prompts; each
+        record is appended to ``rl.jsonl`` for the report."""
+        c = self.config.rl
+        greedy = dataclasses.replace(c.policy.rollout.sampling, temperature=c.policy.eval.temperature)
+        out: dict[str, float] = {}
+        for arm, policy in self.arms.items():
+            for who, rows in self.eval_rows.items():
+                r = policy.evaluate(rows, greedy, seed=step_seed(self.config.run.seed, t, f"rl_eval/{arm}"))
+                out[f"gold/{arm}/{who}"] = r["reward"]
+        self.rl_log.append({"rl_step": t, **out})
+        self._write_rl_log()
+        return {f"eval/{k}": v for k, v in out.items()}
+
+    def _write_rl_log(self) -> None:
+        atomic_write_text(self.ctx.artifact("rl.jsonl"), "".join(json.dumps(r, sort_keys=True) + "\n"
+                                                                  for r in self.rl_log))
+
+    # -- state -------------------------------------------------------------------------------------
+    def save(self, ckpt_dir: Path) -> None:
+        states: dict[str, bytes] = {}
+        for share in self.graph["learner"].call("export"):
+            states |= share
+        buf = io.BytesIO()
+        torch.save(states, buf)
+        tmp = ckpt_dir / "learners.pt.tmp"
+        tmp.write_bytes(buf.getvalue())
+        tmp.replace(ckpt_dir / "learners.pt")
+        for arm, policy in self.arms.items():
+            (ckpt_dir / arm).mkdir(parents=True, exist_ok=True)
+            policy.save(ckpt_dir / arm)
+        atomic_write_json(ckpt_dir / "icrm.json", {"finished": self.finished, "models": sorted(states),
+                                                   "config": to_dict(self.config.train), "rl_log": self.rl_log})
+
+    def load(self, ckpt_dir: Path) -> None:
+        meta = json.loads((ckpt_dir / "icrm.json").read_text())
+        expected = sorted(v.name for v in self.variants)
+        if meta["models"] != expected:
+            raise ConfigError(f"checkpoint {ckpt_dir} holds models {meta['models']}; this run fits {expected}: "
+                              "resume with the same train.lambdas, train.point, train.ensemble and train.judge")
+        states = torch.load(ckpt_dir / "learners.pt", weights_only=False)
+        self.graph["learner"].call_each("restore", [({v.name: states[v.name] for v in share},)
+                                                    for share in self.shares])
+        self.finished = meta["finished"]
+        for arm, policy in self.arms.items():
+            policy.load(ckpt_dir / arm)
+        # the RL log as of the checkpoint: evaluations after it are run again
+        self.rl_log = meta["rl_log"]
+        self._write_rl_log()
+
+    # -- the run directory -------------------------------------------------------------------------
+    @classmethod
+    def report(cls, config: ICRMRunConfig, run: RunContext, history: list[dict[str, Any]]) -> Report:
+        pred_file, truth_file = run.run_dir / "predictions.json", run.run_dir / "truth.json"
+        if not pred_file.is_file() or not truth_file.is_file():
+            return Report({}, ["## Reward models steered by demonstrations", "",
+                               "The run stopped before its evaluation: no predictions.json yet."])
+        predictions = analysis.with_derived(json.loads(pred_file.read_text()))
+        truth = json.loads(truth_file.read_text())
+        tab = analysis.table(predictions, truth)
+        selected, eces = analysis.select_lambda(tab, {icrm_name(lam): lam for lam in config.train.lambdas})
+        lam_one = icrm_name(1.0) if icrm_name(1.0) in tab else None
+        claim_list = analysis.claims(tab, predictions, truth, selected, lam_one)
+        rl_file = run.run_dir / "rl.jsonl"
+        records = [json.loads(line) for line in rl_file.read_text().splitlines() if line] if rl_file.is_file() else []
+        claim_list += analysis.rl_claims(records)
+        written = analysis.plots(tab, predictions, truth, selected, run.plots_dir) + analysis.rl_plots(records,
+                                                                                                        run.plots_dir)
+        summary = {"selected": selected, "validation_ece": eces, "metrics": tab, "claims": claim_list,
+                   "rl": records, "plots": written}
+        return Report(summary, analysis.sections(tab, selected, eces, claim_list, written) + analysis.rl_section(records))

@@ -1,0 +1,270 @@
+"""What `troupe run icrm` reports, from its evaluation files alone: §C.4's metrics per model, split
+and k, the choice of λ, the claims of the issue's "what it must show", and the plots.
+
+Inputs: ``predictions`` — [model][split][k] → {"mu": [...], "tau": [...]} — and ``truth`` —
+[split][k] → {"label": [...], "p_true": [...]}. Calibration (ECE, Brier, NLL) is measured
+against ``p_true``, the persona's own probability: the expected metric over label draws, with
+far less noise than one draw per query; accuracy is against the side the persona prefers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from troupe.algorithms.icrm import metrics
+
+ENSEMBLE = "ensemble"
+SELECTED = "icrm"
+
+
+def with_derived(predictions: dict[str, Any]) -> dict[str, Any]:
+    """``predictions`` plus the ensemble of the static RMs (mean μ of ``static_*``)."""
+    out = dict(predictions)
+    members = sorted(n for n in predictions if n.startswith("static_"))
+    if len(members) > 1:
+        first = predictions[members[0]]
+        out[ENSEMBLE] = {s: {k: {"mu": list(np.mean([predictions[m][s][k]["mu"] for m in members], 0))}
+                             for k in first[s]} for s in first}
+    return out
+
+
+def table(predictions: dict[str, Any], truth: dict[str, Any]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """[model][split][k or "all"] → §C.4's metrics (accuracy, ECE, Brier, NLL, mean confidence);
+    "all" pools every k."""
+    out: dict[str, Any] = {}
+    for name, by_split in predictions.items():
+        out[name] = {}
+        for split, by_k in by_split.items():
+            rows: dict[str, dict[str, float]] = {}
+            mus, ps = [], []
+            for k, pred in by_k.items():
+                mu, p = np.asarray(pred["mu"]), np.asarray(truth[split][str(k)]["p_true"])
+                rows[str(k)] = metrics.summary(mu, p)
+                if "tau" in pred:
+                    rows[str(k)]["tau"] = float(np.mean(pred["tau"]))
+                mus.append(mu)
+                ps.append(p)
+            rows["all"] = metrics.summary(np.concatenate(mus), np.concatenate(ps))
+            out[name][split] = rows
+    return out
+
+
+def select_lambda(tab: dict[str, Any], icrm_names: dict[str, float]) -> tuple[str, dict[str, float]]:
+    """The ICRM model of the lowest validation ECE (all k pooled), and every candidate's ECE (§C.2 (i))."""
+    eces = {name: tab[name]["valid"]["all"]["ece"] for name in icrm_names if name in tab}
+    return min(eces, key=lambda n: (eces[n], n)), eces
+
+
+def _ks(tab_split: dict[str, Any]) -> list[int]:
+    return sorted(int(k) for k in tab_split if k != "all")
+
+
+def under_confidence(mu: np.ndarray, p_true: np.ndarray, bins: int = 15) -> float:
+    """Mean over equal-mass bins of |p̄ − 1/2| − |μ̄ − 1/2|: > 0 when μ is closer to 1/2 than the
+    frequencies it predicts (under-confident), < 0 when over-confident."""
+    m, p = metrics.reliability(mu, p_true, bins)
+    return float(np.mean(np.abs(p - 0.5) - np.abs(m - 0.5)))
+
+
+def claims(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, Any], selected: str,
+           lam_one: str | None) -> list[dict[str, Any]]:
+    """One entry per claim of the issue's "what it must show" that this run measures."""
+    out = []
+    seen = tab[selected]["seen"]
+    ks = _ks(seen)
+    lo, hi = ks[0], ks[-1]
+    rise = seen[str(hi)]["accuracy"] - seen[str(lo)]["accuracy"]
+    curve = [round(seen[str(k)]["accuracy"], 3) for k in ks]
+    out.append({"claim": f"ICRM's pairwise accuracy rises with k (seen-split personas, k = {lo} to {hi})",
+                "measured": f"{curve} at k = {ks}; +{rise:.3f}", "holds": bool(rise > 0.02)})
+    if "static_0" in tab:
+        st = tab["static_0"]["seen"]
+        flat = st[str(hi)]["accuracy"] - st[str(lo)]["accuracy"]
+        out.append({"claim": "the static BT RM stays flat in k",
+                    "measured": f"{st[str(lo)]['accuracy']:.3f} -> {st[str(hi)]['accuracy']:.3f} ({flat:+.3f})",
+                    "holds": bool(abs(flat) < 0.01 and rise > abs(flat))})
+    if "judge" in tab:
+        e_icrm, e_judge = tab[selected]["seen"]["all"]["ece"], tab["judge"]["seen"]["all"]["ece"]
+        out.append({"claim": "ICRM's ECE (λ tuned on validation) is below the generative judge's",
+                    "measured": f"{e_icrm:.4f} vs {e_judge:.4f}", "holds": bool(e_icrm < e_judge)})
+    if lam_one is not None:
+        mu = np.concatenate([predictions[lam_one]["seen"][k]["mu"] for k in predictions[lam_one]["seen"]])
+        p = np.concatenate([truth["seen"][str(k)]["p_true"] for k in predictions[lam_one]["seen"]])
+        gap = under_confidence(np.asarray(mu), np.asarray(p))
+        widest = float(np.max(np.abs(np.asarray(mu) - 0.5)))
+        out.append({"claim": "with λ = 1 and a0 = b0 = 1, μ is visibly under-confident (§C.2: μ* in [1/3, 2/3])",
+                    "measured": f"confidence gap {gap:+.3f} (>0: under-confident); max |μ − 1/2| = {widest:.3f} "
+                                "(closed form: 1/6)",
+                    "holds": bool(gap > 0.02)})
+    un = tab[selected].get("unseen")
+    if un is not None:
+        rise_u = un[str(hi)]["accuracy"] - un[str(lo)]["accuracy"]
+        out.append({"claim": "on unseen-direction personas ICRM's accuracy also rises with k (reported either way)",
+                    "measured": f"{un[str(lo)]['accuracy']:.3f} -> {un[str(hi)]['accuracy']:.3f} ({rise_u:+.3f})",
+                    "holds": bool(rise_u > 0.02)})
+    return out
+
+
+# -- plots ---------------------------------------------------------------------------------------
+def _save(fig: Any, path: Path, plt: Any) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path.name
+
+
+def plots(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, Any], selected: str,
+          plots_dir: Path) -> list[str]:
+    """Accuracy vs k on each split, the reliability diagram and ECE against λ."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [n for n in (selected, "point", "static_0", ENSEMBLE, "judge") if n in tab]
+    label = {selected: f"ICRM ({selected.removeprefix('icrm_')})", "point": "in-context BCE point",
+             "static_0": "static BT RM", ENSEMBLE: "static ensemble", "judge": "generative judge"}
+    written = []
+    for split, title in (("seen", "new personas of the train split"), ("unseen", "unseen-direction personas")):
+        fig, ax = plt.subplots(figsize=(5.2, 3.6))
+        for i, n in enumerate(shown):
+            ks = _ks(tab[n][split])
+            ax.plot(ks, [tab[n][split][str(k)]["accuracy"] for k in ks], marker="o", color=f"C{i}", label=label[n])
+        ax.set_xlabel("demonstrations in context (k)")
+        ax.set_ylabel("pairwise accuracy")
+        ax.set_title(f"Accuracy vs k: {title}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        written.append(_save(fig, plots_dir / f"accuracy_vs_k_{split}.png", plt))
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", label="calibrated")
+    lam_models = sorted((n for n in tab if n.startswith("icrm_lam")), key=lambda n: -float(n.removeprefix("icrm_lam")))
+    lam_one = [lam_models[0]] if lam_models and lam_models[0] != selected else []  # the largest λ: 1 by default
+    for i, n in enumerate([selected, *lam_one, *(m for m in shown if m != selected)]):
+        mu = np.concatenate([predictions[n]["seen"][k]["mu"] for k in predictions[n]["seen"]])
+        p = np.concatenate([truth["seen"][str(k)]["p_true"] for k in predictions[n]["seen"]])
+        m, f = metrics.reliability(mu, p)
+        name = label.get(n, f"ICRM ({n.removeprefix('icrm_')})")
+        ax.plot(m, f, marker=".", color=f"C{i}", label=f"{name}: ECE {tab[n]['seen']['all']['ece']:.3f}")
+    ax.set_xlabel("predicted P(a preferred)")
+    ax.set_ylabel("persona's P(a preferred), per bin")
+    ax.set_title("Reliability (15 equal-mass bins, seen split)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+    written.append(_save(fig, plots_dir / "reliability.png", plt))
+
+    if lam_models:
+        fig, ax = plt.subplots(figsize=(4.6, 3.2))
+        lams = [float(n.removeprefix("icrm_lam")) for n in lam_models]
+        ax.plot(lams, [tab[n]["valid"]["all"]["ece"] for n in lam_models], marker="o", color="C0")
+        ax.set_xscale("log")
+        ax.set_xlabel("KL weight λ")
+        ax.set_ylabel("validation ECE")
+        ax.set_title("Choosing λ on validation ECE", fontsize=9)
+        ax.grid(alpha=0.3)
+        written.append(_save(fig, plots_dir / "ece_vs_lambda.png", plt))
+    return written
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+def sections(tab: dict[str, Any], selected: str, eces: dict[str, float], claim_list: list[dict[str, Any]],
+             written: list[str]) -> list[str]:
+    lines = ["## Reward models steered by demonstrations", "",
+             f"λ chosen on validation ECE: **{selected}** (validation ECE per λ: "
+             + ", ".join(f"{n.removeprefix('icrm_lam')}: {e:.4f}" for n, e in sorted(eces.items())) + ").", "",
+             "Accuracy is against the side the persona prefers; ECE (15 equal-mass bins), Brier and NLL are "
+             "against the persona's own probability, all k pooled.", ""]
+    for split, title in (("seen", "new personas of the train split"), ("unseen", "unseen-direction personas")):
+        names = [n for n in tab if split in tab[n]]
+        if not names:
+            continue
+        ks = _ks(tab[names[0]][split])
+        lines += [f"### {title}", "",
+                  "| model | " + " | ".join(f"acc k={k}" for k in ks) + " | ECE | Brier | NLL |",
+                  "|---|" + "---|" * (len(ks) + 3)]
+        for n in names:
+            t = tab[n][split]
+            lines.append(f"| {n} | " + " | ".join(f"{t[str(k)]['accuracy']:.3f}" for k in ks)
+                         + f" | {t['all']['ece']:.4f} | {t['all']['brier']:.4f} | {t['all']['nll']:.4f} |")
+        lines.append("")
+    lines += ["## Claims", "", "| claim | measured | holds |", "|---|---|---|"]
+    lines += [f"| {c['claim']} | {c['measured']} | {c['holds']} |" for c in claim_list]
+    lines.append("")
+    if written:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}](plots/{p})" for p in written]
+    return ["\n".join(lines)]
+
+
+# -- ICRM-RL ---------------------------------------------------------------------------------------
+ARM_LABEL = {"icrm": "ICRM steered by a", "static": "static RM", "icrm_b": "ICRM steered by b"}
+
+
+def rl_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The RL claims, from the gold evaluations: ICRM-RL above static-RM GRPO on persona a's gold
+    reward at the last step, and steerability (each steered policy higher on its own persona)."""
+    if len(records) < 2:
+        return []
+    first, last = records[0], records[-1]
+
+    def g(rec: dict[str, Any], arm: str, who: str) -> float | None:
+        return rec.get(f"gold/{arm}/{who}")
+
+    out = []
+    if g(last, "icrm", "a") is not None and g(last, "static", "a") is not None:
+        a, s = g(last, "icrm", "a"), g(last, "static", "a")
+        out.append({"claim": "ICRM-RL's policy reaches a higher gold persona reward than static-RM GRPO at the same "
+                             f"steps ({last['rl_step']})",
+                    "measured": f"{a:.3f} vs {s:.3f} (start {g(first, 'icrm', 'a'):.3f})", "holds": bool(a > s)})
+    if g(last, "icrm_b", "b") is not None and g(last, "icrm", "a") is not None:
+        own_a, cross_a = g(last, "icrm", "a"), g(last, "icrm_b", "a")
+        own_b, cross_b = g(last, "icrm_b", "b"), g(last, "icrm", "b")
+        out.append({"claim": "the policy follows the persona in the reward's context: steered by a it scores higher "
+                             "on a's gold reward than steered by b, and the other way round",
+                    "measured": f"a's gold: {own_a:.3f} (by a) vs {cross_a:.3f} (by b); b's gold: {own_b:.3f} (by b) "
+                                f"vs {cross_b:.3f} (by a)",
+                    "holds": bool(own_a > cross_a and own_b > cross_b)})
+    return out
+
+
+def rl_plots(records: list[dict[str, Any]], plots_dir: Path) -> list[str]:
+    """Gold reward of each persona against the RL step, one plot per persona."""
+    if not records:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    steps = [r["rl_step"] for r in records]
+    arms = sorted({k.split("/")[1] for r in records for k in r if k.startswith("gold/")}, key=list(ARM_LABEL).index)
+    for who in ("a", "b"):
+        fig, ax = plt.subplots(figsize=(5.2, 3.6))
+        for i, arm in enumerate(arms):
+            ax.plot(steps, [r[f"gold/{arm}/{who}"] for r in records], marker="o", color=f"C{i}",
+                    label=ARM_LABEL.get(arm, arm))
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel(f"persona {who}'s gold reward (held-out, greedy)")
+        ax.set_title(f"ICRM-RL: persona {who}'s gold reward", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        written.append(_save(fig, plots_dir / f"rl_gold_{who}.png", plt))
+    return written
+
+
+def rl_section(records: list[dict[str, Any]]) -> list[str]:
+    if not records:
+        return []
+    keys = [k for k in records[0] if k.startswith("gold/")]
+    lines = ["## ICRM-RL", "", "Gold persona reward (wᵀφ of the completion's attributes) of each arm's greedy "
+             "completions on held-out prompts.", "",
+             "| step | " + " | ".join(f"{ARM_LABEL.get(k.split('/')[1], k)} on {k.split('/')[2]}" for k in keys) + " |",
+             "|---|" + "---|" * len(keys)]
+    lines += [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + " |" for r in records]
+    return ["\n".join(lines)]

@@ -1,0 +1,244 @@
+"""The learner role of `troupe run icrm`: an actor that fits a share of the reward models.
+
+Every model of the comparison is a `Variant`: ICRM at each KL weight λ, the in-context BCE point
+model, the static BT reward models of the ensemble and the generative judge (§C.3), each on the
+same backbone. An actor holds its variants' models, optimizers and episode streams; `advance`
+fits each to a step count, `predict` scores the evaluation episodes, `export`/`restore` carry
+everything an exact resume needs. Variants draw their episodes from their own seeded stream, so
+a variant's fit does not depend on which actor holds it or on what else that actor holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from troupe.actors.base import configure_threads
+from troupe.algorithms.icrm.config import SPLITS, ICRMRunConfig
+from troupe.algorithms.icrm.judge_baseline import GenerativeJudge, judge_corpus
+from troupe.algorithms.icrm.text import TextICRM, build_backbone_from, build_judge_lm, response_text
+from troupe.envs.preferences.episodes import Episode
+from troupe.envs.preferences.personas import bt_probability, sample_personas
+from troupe.envs.preferences.text_personas import ResponsePool, TextPersonas, pool_episodes, response_pool
+
+KINDS = ("rm", "judge")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One model of the comparison: its name, what it is, and its seed."""
+
+    name: str
+    kind: str = "rm"  # rm: a TextICRM; judge: the generative judge
+    objective: str = "elbo"  # rm: elbo (ICRM) or bce (the point baselines)
+    context: bool = True  # rm: False masks every demo (a static RM)
+    kl_weight: float = 1.0
+    seed: int = 0
+
+
+def variants(cfg: ICRMRunConfig) -> list[Variant]:
+    """The models `troupe run icrm` fits, in a fixed order."""
+    t = cfg.train
+    out = [Variant(icrm_name(lam), kl_weight=lam, seed=t.seed) for lam in t.lambdas]
+    if t.point:
+        out.append(Variant("point", objective="bce", seed=t.seed))
+    out += [Variant(f"static_{i}", objective="bce", context=False, seed=t.seed + i) for i in range(t.ensemble)]
+    if t.judge:
+        out.append(Variant("judge", kind="judge", seed=t.seed))
+    return out
+
+
+def icrm_name(lam: float) -> str:
+    return f"icrm_lam{lam:g}"
+
+
+# -- the task's data, the same in every actor and in the driver --------------------------------
+@dataclasses.dataclass
+class TaskData:
+    personas: TextPersonas
+    train_weights: np.ndarray
+    pool: ResponsePool
+    eval_weights: dict[str, np.ndarray]
+    eval_pool: ResponsePool
+
+
+def task_data(cfg: ICRMRunConfig) -> TaskData:
+    d = cfg.data
+    tp = TextPersonas(d.personas)
+    rng = np.random.default_rng([d.seed, 0])
+    train_w = sample_personas(d.personas, d.train_personas, "train", rng)
+    pool = response_pool(tp, d.pool, rng)
+    erng = np.random.default_rng([d.seed, 1])
+    eval_w = {s: sample_personas(d.personas, d.eval_personas, "test" if s == "unseen" else "train", erng)
+              for s in SPLITS}
+    return TaskData(tp, train_w, pool, eval_w, response_pool(tp, d.eval_pool, erng))
+
+
+def eval_sets(cfg: ICRMRunConfig, data: TaskData) -> dict[str, dict[int, tuple[list[Episode], np.ndarray]]]:
+    """Per split and k: the evaluation episodes and each query's true P(a ≻ b) under its persona.
+    The ks are nested: every k reads the first k demos of the same episodes (same personas, same
+    queries), so accuracy-vs-k differences are paired and not sampling noise between sets."""
+    out: dict[str, dict[int, tuple[list[Episode], np.ndarray]]] = {}
+    feats = dict(zip(data.eval_pool.texts, data.eval_pool.features, strict=True))
+    k_max = max(cfg.data.eval_ks)
+    for si, split in enumerate(SPLITS):
+        w = data.eval_weights[split]
+        names = [f"{split}-{i}" for i in range(len(w))]
+        rng = np.random.default_rng([cfg.data.seed, 2, si])
+        full = pool_episodes(data.personas, data.eval_pool, w, cfg.data.eval_episodes, rng, k=k_max, names=names)
+        who = np.array([names.index(e.objective) for e in full])
+        fa = np.stack([feats[e.query.a] for e in full])
+        fb = np.stack([feats[e.query.b] for e in full])
+        p_true = bt_probability(w[who], fa, fb, cfg.data.personas.beta0)
+        out[split] = {k: ([dataclasses.replace(e, demos=e.demos[:k]) for e in full], p_true)
+                      for k in cfg.data.eval_ks}
+    return out
+
+
+def corpus(cfg: ICRMRunConfig, data: TaskData) -> list[str]:
+    """What the embedded backbone's tokenizer is trained and the backbone pretrained on: responses
+    with their prompts, and judge prompts."""
+    rng = np.random.default_rng([cfg.data.seed, 3])
+    texts = [response_text(p, t) for p, t in zip(data.pool.prompts[:4000], data.pool.texts[:4000], strict=False)]
+    eps = pool_episodes(data.personas, data.pool, data.train_weights, 200, rng, k=(0, 2))
+    return texts + judge_corpus(eps)
+
+
+# -- the actor ---------------------------------------------------------------------------------
+class _Fit:
+    """A variant's model, optimizer, schedule and episode stream."""
+
+    def __init__(self, v: Variant, cfg: ICRMRunConfig, backbone_path: str, data: TaskData) -> None:
+        self.v = v
+        t = cfg.train
+        if v.kind == "judge":
+            lm, tok, max_tokens = build_judge_lm(cfg, backbone_path)
+            self.model = GenerativeJudge(lm, tok, max_tokens)
+            self.steps = t.judge_steps or t.steps
+            self.batch_size = t.judge_batch_size
+        else:
+            backbone, tok = build_backbone_from(cfg.backbone, backbone_path)
+            icrm_cfg = dataclasses.replace(cfg.icrm, kl_weight=v.kl_weight)
+            torch.manual_seed(v.seed)  # the heads' and context encoder's initialisation
+            self.model = TextICRM(backbone, tok, icrm_cfg, cfg.backbone.max_tokens, v.objective, v.context,
+                                  cfg.backbone.train, cfg.backbone.features)
+            pool = data.pool
+            self.model.fit_standardiser([response_text(p, y) for p, y in zip(pool.prompts[:2000], pool.texts[:2000],
+                                                                               strict=False)])
+            self.steps = t.steps
+            self.batch_size = t.batch_size
+        self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=t.lr)
+        self.sched = torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=t.lr, total_steps=self.steps, pct_start=0.1)
+        self.rng = np.random.default_rng([v.seed, 7])
+        self.done = 0
+        self.losses: list[float] = []
+
+    def train_to(self, until: int, data: TaskData) -> None:
+        until = min(until, self.steps)
+        self.model.train()
+        while self.done < until:
+            # a static model reads no demo: its episodes are drawn without them
+            k = 0 if self.v.kind == "rm" and not self.v.context else None
+            eps = pool_episodes(data.personas, data.pool, data.train_weights, self.batch_size, self.rng, k=k)
+            if isinstance(self.model, GenerativeJudge):
+                out = self.model(eps)
+                loss = self.model.loss(out, eps)
+            else:
+                out, batch = self.model(eps)
+                loss = self.model.loss(out, batch)
+            self.opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step()
+            self.sched.step()
+            self.losses.append(float(loss.item()))
+            self.done += 1
+        self.model.eval()
+
+    @torch.no_grad()
+    def predict(self, eps: list[Episode], chunk: int = 64) -> dict[str, list[float]]:
+        self.model.eval()
+        mus, taus = [], []
+        for lo in range(0, len(eps), chunk):
+            part = eps[lo:lo + chunk]
+            if isinstance(self.model, GenerativeJudge):
+                mus.append(self.model(part)["mu"])
+            else:
+                out, _ = self.model(part)
+                mus.append(out["mu"])
+                taus.append(out["tau"])
+        out = {"mu": torch.cat(mus).tolist()}
+        if taus:
+            out["tau"] = torch.cat(taus).tolist()
+        return out
+
+    def state(self) -> bytes:
+        buf = io.BytesIO()
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+                    "rng": self.rng.bit_generator.state, "done": self.done, "losses": self.losses,
+                    "torch_rng": torch.get_rng_state()}, buf)
+        return buf.getvalue()
+
+    def restore(self, blob: bytes) -> None:
+        s = torch.load(io.BytesIO(blob), weights_only=False)
+        self.model.load_state_dict(s["model"])
+        self.opt.load_state_dict(s["opt"])
+        self.sched.load_state_dict(s["sched"])
+        self.rng.bit_generator.state = s["rng"]
+        self.done, self.losses = s["done"], s["losses"]
+        torch.set_rng_state(s["torch_rng"])
+
+
+class ICRMLearner:
+    """Fits its share of the variants (the ``"learner"`` role of `troupe run icrm`)."""
+
+    def __init__(self, cfg: ICRMRunConfig, variants: list[Variant], backbone_path: str) -> None:
+        configure_threads()
+        self.cfg = cfg
+        self.data = task_data(cfg)
+        self.fits = {v.name: _Fit(v, cfg, backbone_path, self.data) for v in variants}
+        self._evals: dict | None = None
+
+    def names(self) -> list[str]:
+        return list(self.fits)
+
+    def advance(self, until: int) -> dict[str, dict[str, float]]:
+        """Fit every variant to ``until`` steps (each capped at its own total); per variant the mean
+        loss of the steps just taken and their seconds."""
+        out = {}
+        for name, fit in self.fits.items():
+            t0, before = time.perf_counter(), len(fit.losses)
+            # the judge has its own number of steps: it reaches them at the same share of the run
+            share = min(until / self.cfg.train.steps, 1.0)
+            fit.train_to(round(share * fit.steps), self.data)
+            new = fit.losses[before:]
+            out[name] = {"loss": float(np.mean(new)) if new else float("nan"), "seconds": time.perf_counter() - t0,
+                         "steps": float(fit.done)}
+        return out
+
+    def predict(self, splits: tuple[str, ...] = SPLITS) -> dict[str, dict[str, dict[int, dict[str, list[float]]]]]:
+        """μ (and τ for reward models) of every variant on the evaluation episodes: [variant][split][k]."""
+        if self._evals is None:
+            self._evals = eval_sets(self.cfg, self.data)
+        return {name: {s: {k: fit.predict(eps) for k, (eps, _) in self._evals[s].items()} for s in splits}
+                for name, fit in self.fits.items()}
+
+    def save_model(self, name: str, path: str) -> str:
+        """Write variant ``name``'s model where a reward actor loads it (`TextICRM.save`)."""
+        model = self.fits[name].model
+        if not isinstance(model, TextICRM):
+            raise ValueError(f"variant {name!r} is a {type(model).__name__}, not a reward model")
+        model.save(Path(path))
+        return path
+
+    def export(self) -> dict[str, bytes]:
+        return {name: fit.state() for name, fit in self.fits.items()}
+
+    def restore(self, states: dict[str, bytes]) -> None:
+        for name, blob in states.items():
+            self.fits[name].restore(blob)
