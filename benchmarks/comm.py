@@ -32,10 +32,10 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import common
 import numpy as np
 
 RESULTS = Path(__file__).parent / "results"
@@ -342,9 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", type=int, default=20_000)
     ap.add_argument("--test", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lm-seeds", type=int, default=3, help="runs of `troupe run comm` (0 skips the LM task)")
-    ap.add_argument("--lm-override", action="append", default=[], help="a key=value for every LM run")
-    ap.add_argument("--lm-runs", help="keep the LM runs' directories here (default: a temporary folder)")
+    common.add_run_args(ap, "comm")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -363,12 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     result["stages"] = stage_distributions(args.draws, args.seed)
     result["selector"] = {r: selector_regime(r, args.train, args.test, args.seed) for r in REGIMES}
     result["claims"] = claims(result)
-    if args.lm_seeds:
-        with tempfile.TemporaryDirectory(prefix="comm-bench-") as work:
-            result["lm_task"] = lm_task(list(range(args.lm_seeds)), args.lm_override, Path(args.lm_runs or work))
-        result["claims"] += lm_claims(result["lm_task"])
-    else:
-        result["lm_task"] = "not run (--lm-seeds 0)"
+    common.add_run_half(result, args, lm_task, lm_claims, "comm-bench-")
     result["wall_s"] = round(time.perf_counter() - t0, 1)
 
     RESULTS.mkdir(exist_ok=True)

@@ -337,3 +337,26 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     atomic_write_json(path, {"benchmark": name, "machine": machine(), **payload, "claims": claims})
     print(f"wrote {path}")
     return path
+
+
+# -- the half of an algorithm benchmark that runs `troupe run <algorithm>` once per seed ---------------
+def add_run_args(ap: Any, algorithm: str, default_seeds: int = 3) -> None:
+    """The ``--lm-seeds``, ``--lm-override`` and ``--lm-runs`` options of that half."""
+    ap.add_argument("--lm-seeds", type=int, default=default_seeds,
+                    help=f"runs of `troupe run {algorithm}` (0 skips them)")
+    ap.add_argument("--lm-override", action="append", default=[], help="a key=value for every run")
+    ap.add_argument("--lm-runs", help="keep the runs' directories here (default: a temporary folder)")
+
+
+def add_run_half(result: dict, args: Any, run_seeds: Callable[[list[int], list[str], Path], dict],
+                 run_claims: Callable[[dict], list[dict]], prefix: str) -> None:
+    """Run ``run_seeds(seeds, overrides, workdir)`` as ``args`` say, into ``result["lm_task"]``, and
+    add its claims to ``result["claims"]``."""
+    import tempfile
+
+    if not args.lm_seeds:
+        result["lm_task"] = "not run (--lm-seeds 0)"
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as work:
+        result["lm_task"] = run_seeds(list(range(args.lm_seeds)), args.lm_override, Path(args.lm_runs or work))
+    result["claims"] += run_claims(result["lm_task"])

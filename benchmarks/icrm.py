@@ -25,10 +25,10 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import common
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -196,9 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=6, help="amortised seeds per β0")
     ap.add_argument("--steps", type=int, default=400, help="Adam steps per amortised model")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--lm-seeds", type=int, default=3, help="runs of `troupe run icrm` (0 skips the text half)")
-    ap.add_argument("--lm-override", action="append", default=[], help="a key=value for every run")
-    ap.add_argument("--lm-runs", help="keep the runs' directories here (default: a temporary folder)")
+    common.add_run_args(ap, "icrm")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # a 25 ms step on one core; a second thread on a shared 2-core machine only slows it
 
@@ -214,12 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     result["amortised"] = runs
     result["claims"] = amortised_claims(runs)
-    if args.lm_seeds:
-        with tempfile.TemporaryDirectory(prefix="icrm-bench-") as work:
-            result["lm_task"] = lm_task(list(range(args.lm_seeds)), args.lm_override, Path(args.lm_runs or work))
-        result["claims"] += lm_claims(result["lm_task"])
-    else:
-        result["lm_task"] = "not run (--lm-seeds 0)"
+    common.add_run_half(result, args, lm_task, lm_claims, "icrm-bench-")
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     RESULTS.mkdir(exist_ok=True)
     atomic_write_json(RESULTS / "icrm.json", result)

@@ -71,3 +71,27 @@ def test_keeps_only_newest(tmp_path):
         ck.write(s, lambda d: (d / "x").write_text("."))
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000002", "step-00000003"]
     assert ck.latest().name == "step-00000003"
+
+
+def test_build_directory_moves_a_whole_directory_into_place_or_leaves_nothing(tmp_path):
+    from troupe.platform.checkpoint import build_directory
+
+    def build(d):
+        (d / "a.txt").write_text("a")
+        return {"built": True}
+
+    final = tmp_path / "cache" / "key"
+    assert build_directory(final, build) == {"built": True}
+    assert (final / "a.txt").read_text() == "a"
+
+    def broken(d):
+        (d / "half.txt").write_text("x")
+        raise RuntimeError("stopped")
+
+    other = tmp_path / "cache" / "other"
+    with pytest.raises(RuntimeError, match="stopped"):
+        build_directory(other, broken)
+    assert not other.exists() and sorted(p.name for p in final.parent.iterdir()) == ["key"]
+    # another process got there first: its directory stays
+    build_directory(final, lambda d: (d / "b.txt").write_text("b"))
+    assert sorted(p.name for p in final.iterdir()) == ["a.txt"]

@@ -18,8 +18,6 @@ import json
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,7 +43,7 @@ from troupe.actors.vision import (
     video_inputs,
     video_prompts,
 )
-from troupe.platform.checkpoint import atomic_write_json
+from troupe.platform.checkpoint import atomic_write_json, build_directory
 from troupe.platform.config import check, to_dict
 
 log = logging.getLogger("troupe")
@@ -163,18 +161,12 @@ def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, An
         log.info("policy: SFT checkpoint from the cache, %s", final)
         return final
     info["sft"] = "fitted"
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}.", suffix=".tmp"))
-    try:
+
+    def build(tmp: Path) -> None:
         fitted = fit_sft(model_cfg, task, tmp)
         atomic_write_json(tmp / "sft.json", {**fitted, "key": key_src})
-        try:
-            os.replace(tmp, final)
-        except OSError:  # another process finished first: theirs is as good
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    build_directory(final, build)
     return final
 
 

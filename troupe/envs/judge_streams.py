@@ -18,7 +18,8 @@ import dataclasses
 import itertools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -186,31 +187,23 @@ def load_summeval(
         raise ConfigError(f"SummEval dimensions {bad}: expected a subset of {DIMENSIONS}")
     docs: dict[str, dict[str, tuple[str, dict[str, list[dict[str, float]]]]]] = {}
     counts = {"lines": 0, "duplicate_lines": 0, "pairs": 0}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}: line {n}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not JSON ({e.msg})") from None
-            for field in ("id", "model_id", "decoded"):
-                if not isinstance(rec, dict) or field not in rec:
-                    raise DataError(f"{where}: lacks the field {field!r} (a SummEval aligned-annotation line)")
-            anns = {g: _scores(rec, f"{g}_annotations", dimensions, where) for g in ("expert", "turker")}
-            doc, system, text = str(rec["id"]), str(rec["model_id"]), str(rec["decoded"])
-            counts["lines"] += 1
-            prev = docs.setdefault(doc, {}).get(system)
-            if prev is not None:
-                if prev[0] != text:
-                    raise DataError(
-                        f"{where}: document {doc!r}, system {system!r} repeats with a different summary; "
-                        "keep one summary per system and document"
-                    )
-                counts["duplicate_lines"] += 1
-                continue
-            docs[doc][system] = (text, anns)
+    for where, rec in _jsonl_records(path):
+        for field in ("id", "model_id", "decoded"):
+            if not isinstance(rec, dict) or field not in rec:
+                raise DataError(f"{where}: lacks the field {field!r} (a SummEval aligned-annotation line)")
+        anns = {g: _scores(rec, f"{g}_annotations", dimensions, where) for g in ("expert", "turker")}
+        doc, system, text = str(rec["id"]), str(rec["model_id"]), str(rec["decoded"])
+        counts["lines"] += 1
+        prev = docs.setdefault(doc, {}).get(system)
+        if prev is not None:
+            if prev[0] != text:
+                raise DataError(
+                    f"{where}: document {doc!r}, system {system!r} repeats with a different summary; "
+                    "keep one summary per system and document"
+                )
+            counts["duplicate_lines"] += 1
+            continue
+        docs[doc][system] = (text, anns)
     rng = np.random.default_rng(seed)
     comparisons, meta = [], []
     for doc in sorted(docs):
@@ -256,44 +249,49 @@ def load_stream_jsonl(path: str | os.PathLike) -> StreamFile:
     """
     comparisons: list[Comparison] = []
     truth: dict[str, str] = {}
+    for where, rec in _jsonl_records(path):
+        if not isinstance(rec, dict) or "id" not in rec:
+            raise DataError(f"{where}: expected an object with an 'id' (and 'labels', 'judge', 'responses')")
+        cid = str(rec["id"])
+        labels = []
+        raw = rec.get("labels") or []
+        if not isinstance(raw, list):
+            raise DataError(f"{where}: 'labels' must be a list of {{'rater', 'label', 'group'}} objects")
+        for k, lab in enumerate(raw):
+            if not isinstance(lab, dict) or "rater" not in lab or "label" not in lab:
+                raise DataError(f"{where}: labels[{k}] = {lab!r}; expected an object with 'rater' and 'label'")
+            value = lab["label"]
+            if not isinstance(value, str | list):
+                raise DataError(f"{where}: labels[{k}].label = {value!r}; expected A, B, T or a list of them")
+            group = lab.get("group")
+            labels.append(HumanLabel(str(lab["rater"]), value if isinstance(value, str) else frozenset(value),
+                                     None if group is None else str(group)))
+        judge = rec.get("judge")
+        if judge is not None:
+            if not isinstance(judge, dict) or set(judge) - {"ab", "ba"}:
+                raise DataError(f"{where}: 'judge' must be {{'ab': verdict or null, 'ba': verdict or null}}")
+            judge = JudgePair(judge.get("ab"), judge.get("ba"))
+        responses = rec.get("responses")
+        if responses is not None:
+            if not isinstance(responses, list) or len(responses) != 2:
+                raise DataError(f"{where}: 'responses' must be the two responses compared, [A, B]")
+            responses = (str(responses[0]), str(responses[1]))
+        if rec.get("truth") is not None:
+            if rec["truth"] not in VERDICTS:
+                raise DataError(f"{where}: truth {rec['truth']!r} is not one of {VERDICTS}")
+            truth.setdefault(cid, rec["truth"])
+        comparisons.append(Comparison(cid, tuple(labels), judge, responses))
+    return StreamFile(comparisons, truth)
+
+
+def _jsonl_records(path: str | os.PathLike) -> Iterator[tuple[str, Any]]:
+    """(``"path: line n"``, the parsed object) of every non-empty line of a JSONL file."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             where = f"{path}: line {n}"
             try:
-                rec = json.loads(line)
+                yield where, json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{where}: not JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or "id" not in rec:
-                raise DataError(f"{where}: expected an object with an 'id' (and 'labels', 'judge', 'responses')")
-            cid = str(rec["id"])
-            labels = []
-            raw = rec.get("labels") or []
-            if not isinstance(raw, list):
-                raise DataError(f"{where}: 'labels' must be a list of {{'rater', 'label', 'group'}} objects")
-            for k, lab in enumerate(raw):
-                if not isinstance(lab, dict) or "rater" not in lab or "label" not in lab:
-                    raise DataError(f"{where}: labels[{k}] = {lab!r}; expected an object with 'rater' and 'label'")
-                value = lab["label"]
-                if not isinstance(value, str | list):
-                    raise DataError(f"{where}: labels[{k}].label = {value!r}; expected A, B, T or a list of them")
-                group = lab.get("group")
-                labels.append(HumanLabel(str(lab["rater"]), value if isinstance(value, str) else frozenset(value),
-                                         None if group is None else str(group)))
-            judge = rec.get("judge")
-            if judge is not None:
-                if not isinstance(judge, dict) or set(judge) - {"ab", "ba"}:
-                    raise DataError(f"{where}: 'judge' must be {{'ab': verdict or null, 'ba': verdict or null}}")
-                judge = JudgePair(judge.get("ab"), judge.get("ba"))
-            responses = rec.get("responses")
-            if responses is not None:
-                if not isinstance(responses, list) or len(responses) != 2:
-                    raise DataError(f"{where}: 'responses' must be the two responses compared, [A, B]")
-                responses = (str(responses[0]), str(responses[1]))
-            if rec.get("truth") is not None:
-                if rec["truth"] not in VERDICTS:
-                    raise DataError(f"{where}: truth {rec['truth']!r} is not one of {VERDICTS}")
-                truth.setdefault(cid, rec["truth"])
-            comparisons.append(Comparison(cid, tuple(labels), judge, responses))
-    return StreamFile(comparisons, truth)

@@ -128,3 +128,22 @@ class CheckpointDir:
             shutil.rmtree(old, ignore_errors=True)
         for stale in self.root.glob(".step-*.tmp"):  # left by a crash mid-write
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def build_directory(final: str | Path, build: Callable[[Path], Any]) -> Any:
+    """Build the directory ``final`` in a temporary sibling with ``build(tmp)`` and move it into
+    place, so that a reader never sees half of it; when another process moved its own there
+    first, theirs is kept (both were built from the same key). Returns what ``build`` returned."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+    try:
+        out = build(tmp)
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process finished first: theirs is as good
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

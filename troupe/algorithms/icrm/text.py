@@ -41,7 +41,7 @@ from troupe.actors.models import (
 )
 from troupe.algorithms.icrm.model import ICRM, ICRMConfig
 from troupe.envs.preferences.episodes import Episode
-from troupe.platform.checkpoint import atomic_write_json
+from troupe.platform.checkpoint import atomic_write_json, build_directory
 from troupe.platform.config import check
 from troupe.platform.errors import ConfigError
 
@@ -92,9 +92,6 @@ def prepare_backbone(cfg: BackboneConfig, corpus: Sequence[str], key: dict[str, 
     by next-token prediction on it for ``pretrain_steps``, cached under the troupe cache by
     ``key`` (what shapes ``corpus``) and the backbone's config; any other is ``cfg.path`` itself."""
     import hashlib
-    import os
-    import shutil
-    import tempfile
 
     from troupe.algorithms.sft import ModelConfig, cache_root
 
@@ -105,19 +102,13 @@ def prepare_backbone(cfg: BackboneConfig, corpus: Sequence[str], key: dict[str, 
     final = cache_root(ModelConfig()) / "icrm_backbone" / digest
     if (final / "pretrain.json").is_file():
         return str(final), json.loads((final / "pretrain.json").read_text()) | {"cache": "cached"}
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{digest}.", suffix=".tmp"))
-    try:
+
+    def build(tmp: Path) -> dict[str, Any]:
         facts = _pretrain(cfg, list(corpus), tmp)
         atomic_write_json(tmp / "pretrain.json", facts)
-        try:
-            os.replace(tmp, final)
-        except OSError:  # another process finished first: theirs is as good
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return str(final), facts | {"cache": "fitted"}
+        return facts
+
+    return str(final), build_directory(final, build) | {"cache": "fitted"}
 
 
 def _pretrain(cfg: BackboneConfig, corpus: list[str], out: Path) -> dict[str, Any]:
