@@ -172,3 +172,24 @@ def test_the_reward_role_scores_rows_with_each_estimate(parts, tmp_path):
 def _batch(rows):
     return Batch({"x": torch.zeros(len(rows), 1)}, {"prompt": [r["prompt"] for r in rows],
                                                    "completion": [r["a"] for r in rows], "row": list(rows)})
+
+
+def test_grpo_with_reward_kind_icrm_declares_the_icrm_reward_role_and_checks_its_path(parts, tmp_path):
+    from troupe.algorithms.grpo.config import GRPOConfig
+    from troupe.algorithms.policy_graph import PolicyGraph
+    from troupe.platform.config import check_registered, from_dict
+
+    _, _, _, _, path = parts
+    m = model(path)
+    m.save(tmp_path / "rm")
+    cfg = from_dict(GRPOConfig, {"task": {"name": "persona_prompts"},
+                                 "reward": {"kind": "icrm", "path": str(tmp_path / "rm"), "icrm_estimate": "r"}})
+    check_registered(cfg)
+    roles = {r.name: r for r in PolicyGraph(cfg, "unused").roles()}
+    assert roles["reward"].actor_class is ICRMReward and roles["reward"].kwargs["estimate"] == "r"
+    assert roles["checker"].kwargs["fn"] == "persona_gold"  # eval/accuracy is the persona's gold reward
+    bad = from_dict(GRPOConfig, {"reward": {"kind": "icrm", "path": str(tmp_path)}})
+    with pytest.raises(ConfigError, match=r"reward\.path=.*not a saved in-context reward model"):
+        check_registered(bad)
+    with pytest.raises(ConfigError, match=r"reward\.path"):
+        from_dict(GRPOConfig, {"reward": {"kind": "icrm"}})
