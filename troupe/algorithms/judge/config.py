@@ -25,16 +25,17 @@ ANSWERS = ("sample", "argmax")
 
 @dataclasses.dataclass
 class RatersConfig:
-    """§G.6's human raters: experts and crowd workers, each with confusion rows set by (diag, tie)."""
+    """§G.6's human raters: experts and crowd workers, each with confusion rows set by (diag, tie).
+    The defaults are the stream generator's own (`SyntheticConfig`), kept in one place."""
 
-    n_experts: int = 3
-    expert_diag: float = 0.85
-    expert_tie: float = 0.05
-    experts_per_item: int = 3
-    n_crowd: int = 30
-    crowd_diag: float = 0.65
-    crowd_tie: float = 0.2
-    crowd_per_item: int = 3
+    n_experts: int = SyntheticConfig.n_experts
+    expert_diag: float = SyntheticConfig.expert_diag
+    expert_tie: float = SyntheticConfig.expert_tie
+    experts_per_item: int = SyntheticConfig.experts_per_item
+    n_crowd: int = SyntheticConfig.n_crowd
+    crowd_diag: float = SyntheticConfig.crowd_diag
+    crowd_tie: float = SyntheticConfig.crowd_tie
+    crowd_per_item: int = SyntheticConfig.crowd_per_item
     # Θ_r ~ Dir(c · group rows) per rater; None: every rater at its group's rows
     concentration: float | None = None
 
