@@ -133,15 +133,41 @@ def test_opd_claims():
     def cells(t1: dict, greedy: dict) -> dict:
         return {str(h): {"j_t1": {"mean": t1[h]}, "j_greedy": {"mean": greedy[h]}} for h in hs}
 
+    ones = dict.fromkeys(hs, 1.0)
+    zeros = dict.fromkeys(hs, 0.0)
     closed = {h: 0.8 ** h for h in hs}
-    result = {"config": {"sweep_episodes": [50, 200, 1000]}, "tabular_config": {"eps": 0.3, "vocab": 3},
-              "summary": {"bc": cells({h: v + 0.01 for h, v in closed.items()}, {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.3}),
-                          "opd_kl": cells({h: v + 0.05 * (h == 8) for h, v in closed.items()},
-                                          {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.4}),
-                          "ne_opd": cells(dict.fromkeys(hs, 1.0), {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.9})},
-              "episodes_for_greedy_j_0.9": {"bc": {"2": 50, "8": 50, "12": 200, "24": None}}}
+    tc = {"eps": 0.3, "vocab": 3}
+    tabular = {"config": {"tabular_config": tc},
+               "summary": {"bc": cells({h: v + 0.01 for h, v in closed.items()}, {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.3}),
+                           "opd_kl": cells({h: v + 0.05 * (h == 8) for h, v in closed.items()},
+                                           {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.4}),
+                           "ne_opd": cells(ones, {2: 1.0, 8: 1.0, 12: 1.0, 24: 0.9})}}
+    nsweep = {"config": {"tabular_config": tc, "sweep_episodes": [50, 200, 1000], "fit_experts": 2000},
+              "episodes_for_greedy_j_0.9": {"bc": {"2": 50, "8": 50, "12": 200, "24": None}},
+              "fit": {"slope": 0.25, "expected_slope": 0.2231}}
+    kernels = {"settings": {
+        "step, eps=0.3": {"kernel": "step", "eps": 0.3, "margin": 0.55, "clean_step_prob": [0.7] * 3, "votes": 40,
+                          "summary": {"bc": cells({h: 0.7 ** h + 0.03 * (h == 2) for h in hs}, ones),
+                                      "ne_opd": cells(ones, ones), "ne_opd_vote": cells(ones, {**ones, 24: 0.95})}},
+        "confusion, eps=0.6": {"kernel": "confusion", "eps": 0.6, "margin": -0.2, "clean_step_prob": [0.4] * 3,
+                               "votes": 364, "summary": {"bc": cells({h: 0.4 ** h for h in hs}, {**zeros, 2: 0.02}),
+                                                         "ne_opd": cells(zeros, zeros),
+                                                         "ne_opd_vote": cells(zeros, zeros)}}}}
+    approx = {"summary": {"context_2": {"bc": cells(zeros, ones), "ne_opd": cells(ones, ones)},
+                          "context_0": {"bc": cells(zeros, {**ones, 24: 0.0}), "ne_opd": cells(ones, ones)}}}
+    result = {"tabular": tabular, "kernels": kernels, "nsweep": nsweep, "approx": approx}
     claims = load_benchmark("opd").claims(result)
     assert [(c["measured"], c["holds"]) for c in claims] == [
+        # tabular
         (pytest.approx(0.01), True), (pytest.approx(0.05), False), (1.0, True), (1.0, True), (0.3, True),
-        (0.4, False), (0.9, False), ("H=2: 50, H=8: 50, H=12: 200, H=24: >1000", True)]
-    assert claims[0]["claim"].startswith("BC J at T=1") and claims[-1]["claim"].startswith("the N BC needs")
+        (0.4, False), (0.9, False),
+        # kernels: NE-OPD where the mode is kept, BC at T=1 against q^H, the lost mode
+        (0.95, False), (pytest.approx(0.03), False), (0.02, False),
+        # nsweep: growth on the sweep's grid, the fitted slope against -log q
+        ("H=2: 50, H=8: 50, H=12: 200, H=24: >1000", True), (0.25, True),
+        # approx: the greedy gap shrinks, the T=1 gap does not
+        ("0.000 (last 2 tokens) vs 0.250 (whole prefix)", True), ("1.000 (last 2 tokens) vs 1.000 (whole prefix)", False)]
+    assert claims[0]["claim"].startswith("BC J at T=1") and claims[10]["claim"].startswith("the N BC needs")
+    assert "step at eps=0.3" in claims[7]["claim"] and "margin -0.20" in claims[9]["claim"]
+    # a result of some parts only has the claims of those parts
+    assert len(load_benchmark("opd").claims({"nsweep": nsweep})) == 2

@@ -1,5 +1,6 @@
 """§B.6: the distillation losses, the noisy expert and the tabular benchmark's methods."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -192,3 +193,104 @@ def test_bad_config_names_the_key():
             tabular.TabularConfig(**{key: bad})
     with pytest.raises(ValueError, match="opd method"):
         tabular.run_method("dpo", 4, tabular.TabularConfig(), 0)
+
+
+# -- noise kernels (§B.1: ν uniform, a wrong step, or a fixed confusion) -----------------------------------
+@pytest.mark.parametrize("vocab", [2, 3, 5])
+@pytest.mark.parametrize("kernel", tabular.KERNELS)
+def test_every_kernel_and_its_noisy_teacher_have_rows_that_sum_to_one(kernel, vocab):
+    nu = tabular.kernel_matrix(kernel, vocab)
+    assert nu.shape == (vocab, vocab) and (nu >= 0).all()
+    assert np.allclose(nu.sum(1), 1.0)
+    rows = tabular.TabularConfig(vocab=vocab, eps=0.4, kernel=kernel).teacher_rows()
+    assert np.allclose(rows.sum(1), 1.0)
+    assert np.allclose(rows.diagonal(), 0.6 + 0.4 * nu.diagonal())
+
+
+def test_kernel_shapes_the_noise_exactly():
+    assert np.array_equal(tabular.kernel_matrix("confusion", 3), [[0, 1, 0], [0, 0, 1], [1, 0, 0]])  # a -> a+1
+    assert np.allclose(tabular.kernel_matrix("step", 3), [[0, 0.5, 0.5], [0.5, 0, 0.5], [0.5, 0.5, 0]])
+    # the uniform kernel is the default expert, row for row
+    uniform = tabular.Expert(3, 0.3, nu=tabular.kernel_matrix("uniform", 3))
+    assert np.array_equal(uniform._rows, tabular.Expert(3, 0.3)._rows)
+    assert tabular.TabularConfig().kernel == "uniform"
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.2, 0.45, 0.7])
+def test_kernel_margin_matches_each_closed_form(eps):
+    V = 4
+    assert tabular.kernel_margin(eps, tabular.kernel_matrix("uniform", V)) == pytest.approx(1 - eps)
+    assert tabular.kernel_margin(eps, tabular.kernel_matrix("step", V)) == pytest.approx(1 - eps - eps / (V - 1))
+    assert tabular.kernel_margin(eps, tabular.kernel_matrix("confusion", V)) == pytest.approx(1 - 2 * eps)
+    c = np.random.default_rng(0).dirichlet(np.ones(V), size=V)
+    want = min((1 - eps + eps * c[jj, jj]) - max(eps * c[jj, k] for k in range(V) if k != jj) for jj in range(V))
+    assert tabular.kernel_margin(eps, c) == pytest.approx(want)
+
+
+def test_the_cyclic_confusion_loses_the_mode_at_one_half_and_majority_vote_then_learns_the_wrong_action():
+    """§B.1's condition is necessary: below ε = 1/2 the vote finds a*, above it finds a*+1."""
+    nu = tabular.kernel_matrix("confusion", 3)
+    assert tabular.kernel_margin(0.5, nu) == 0.0 and tabular.kernel_margin(0.6, nu) < 0
+    rng = np.random.default_rng(0)
+    for a in range(3):
+        teacher = noise.noisy_expert(noise.one_hot(a, 3), 0.6, nu[a])
+        assert noise.majority_vote(rng.choice(3, size=400, p=teacher), 3, rng) == (a + 1) % 3
+    H, votes = 6, 400
+    for method in ("ne_opd", "ne_opd_vote"):
+        lost = tabular.run_method(method, H, tabular.TabularConfig(kernel="confusion", eps=0.6, votes=votes), seed=2)
+        assert lost["j_greedy"] == 0.0 and lost["agreement"] == 0.0, method
+        kept = tabular.run_method(method, H, tabular.TabularConfig(kernel="confusion", eps=0.4, votes=votes), seed=2)
+        assert kept["j_greedy"] == 1.0 and kept["agreement"] == 1.0, method
+    # BC's argmax follows the same mode (its deep states see few trajectories, so only J is exact)
+    assert tabular.run_method("bc", H, tabular.TabularConfig(kernel="confusion", eps=0.6), seed=2)["j_greedy"] == 0.0
+    # without a margin there is no Hoeffding number of votes to fall back on
+    with pytest.raises(ValueError, match="opd.votes"):
+        tabular.run_method("ne_opd_vote", H, tabular.TabularConfig(kernel="confusion", eps=0.6), seed=2)
+
+
+def test_the_hoeffding_votes_follow_the_kernels_margin():
+    for kernel in tabular.KERNELS:
+        cfg = tabular.TabularConfig(kernel=kernel, eps=0.3)
+        want = noise.votes_needed(tabular.kernel_margin(0.3, cfg.nu()), 3, 8, cfg.delta)
+        assert tabular.votes_per_visit(cfg, 8) == want
+        assert tabular.run_method("ne_opd_vote", 8, dataclasses.replace(cfg, episodes=3), 0)["teacher_tokens"] == 3 * 8 * want
+
+
+def test_bad_kernel_settings_name_the_key():
+    with pytest.raises(ValueError, match="opd.kernel"):
+        tabular.TabularConfig(kernel="gaussian")
+    with pytest.raises(ValueError, match="opd.confusion has shape"):
+        tabular.TabularConfig(kernel="confusion", confusion=[[0.0, 1.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="opd.confusion"):
+        tabular.TabularConfig(kernel="confusion", confusion=[[1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    with pytest.raises(ValueError, match="opd.confusion row 1 sums to 0.9"):
+        tabular.TabularConfig(kernel="confusion", confusion=[[0, 1, 0], [0, 0, 0.9], [1, 0, 0]])
+    with pytest.raises(ValueError, match="opd.confusion"):
+        tabular.TabularConfig(kernel="confusion", confusion=[[0, 1.5, -0.5], [0, 0, 1], [1, 0, 0]])
+    with pytest.raises(ValueError, match="opd.kernel=confusion"):
+        tabular.TabularConfig(kernel="uniform", confusion=tabular.cyclic_confusion(3))
+    ok = tabular.TabularConfig(kernel="confusion", confusion=[[0.5, 0.5, 0], [0, 0.5, 0.5], [0.5, 0, 0.5]])
+    assert tabular.kernel_margin(0.3, ok.nu()) == pytest.approx(0.7 + 0.15 - 0.15)
+
+
+# -- §B.5's N sweep: BC's clean-path chain --------------------------------------------------------------
+def test_bc_on_the_clean_path_has_the_distribution_of_tabular_bc():
+    H, N, seeds = 4, 5, 1500
+    cfg = tabular.TabularConfig(episodes=N)
+    runs = [tabular.run_method("bc", H, cfg, seed) for seed in range(seeds)]
+    e = tabular.Expert(3, 0.3, salt=0)
+    clean = np.array([[e.clean(s) for s in e.clean_path(H)]] * 100_000)
+    chain = tabular.bc_on_clean_path(N, clean, cfg.teacher_rows(), np.random.default_rng(0))
+    for metric in ("j_t1", "j_greedy"):
+        got = np.array([r[metric] for r in runs])
+        assert abs(got.mean() - chain[metric].mean()) < 4 * got.std() / math.sqrt(seeds), metric
+
+
+def test_bc_needs_one_clean_trajectory_and_more_noisy_ones_the_deeper_the_horizon():
+    assert tabular.bc_episodes_needed(12, tabular.TabularConfig(eps=0.0), experts=50) == 1
+    cfg = tabular.TabularConfig()
+    shallow, deep = (tabular.bc_episodes_needed(h, cfg, experts=500) for h in (4, 12))
+    assert 1 < shallow < deep
+    assert tabular.bc_episodes_needed(12, cfg, experts=500, grid=(1, 2, 3)) is None
+    with pytest.raises(ValueError, match="opd.context"):
+        tabular.bc_episodes_needed(4, tabular.TabularConfig(context=2))
