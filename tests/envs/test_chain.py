@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from troupe.envs.chain import ChainTask, chain_exact, chain_steps, first_error, step_correct
+from troupe.envs.chain import ChainTask, answer_length, chain_exact, chain_steps, first_error, next_step, step_correct
 from troupe.envs.task import build_task
 from troupe.platform.errors import ConfigError
 from troupe.platform.registry import REWARDS, TASKS
@@ -23,7 +23,32 @@ def test_running_sums_and_carry_chains_step_by_step():
         assert "".join(map(str, chain_steps("carry", digits, 8)))[::-1] == str(a + b)
 
 
-@pytest.mark.parametrize("kind", ["running_sum", "carry"])
+def test_the_recurrence_continues_the_prompts_last_two_digits():
+    # 3 + 1 = 4, 1 + 4 = 5, 4 + 5 = 9, 5 + 9 = 14 → 4: only the last two prompt digits matter
+    assert chain_steps("recurrence", (7, 7, 7, 7, 3, 1), 4) == [4, 5, 9, 4]
+    row = ChainTask(kind="recurrence", horizon=4).row((7, 7, 7, 7, 3, 1))
+    assert row["prompt"] == "rec 777731" and row["answer"] == "4594" and answer_length("recurrence", 4) == 4
+
+
+@pytest.mark.parametrize("kind", ["running_sum", "carry", "recurrence"])
+def test_the_clean_expert_writes_the_chain_and_follows_a_wrong_digit(kind):
+    task = ChainTask(kind=kind, horizon=6)
+    for row in task.train_rows(30, np.random.default_rng(3)):
+        written: list[int] = []
+        while (d := next_step(row, written)) is not None:
+            written.append(d)
+        assert written == row["steps"]
+    row = task.train_rows(1, np.random.default_rng(4))[0]
+    wrong = [(row["steps"][0] + 1) % 10]
+    if kind == "recurrence":  # the next step adds the digit actually written
+        assert next_step(row, wrong) == (row["inputs"][-1] + wrong[0]) % 10
+    elif kind == "running_sum":
+        assert next_step(row, wrong) == (wrong[0] + row["inputs"][1]) % 10
+    else:  # no carry can be read off a wrong digit: the true one
+        assert next_step(row, wrong) == row["steps"][1]
+
+
+@pytest.mark.parametrize("kind", ["running_sum", "carry", "recurrence"])
 def test_rows_check_exactly_and_localise_the_first_wrong_step(kind):
     task = ChainTask(kind=kind, horizon=6)
     for row in task.train_rows(20, np.random.default_rng(1)):

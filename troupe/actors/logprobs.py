@@ -22,12 +22,14 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def completion_forward(
     model: Any, batch: Batch, sampling: SamplingConfig | dict | float | None = 1.0, with_entropy: bool = False,
-    top_k: int = 0, entropy_grad: bool = False,
+    top_k: int = 0, entropy_grad: bool = False, with_distribution: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Log-probs ``[B, C]`` of ``completion_ids`` given ``prompt_ids`` under the distribution
     ``sampling`` draws from (a `SamplingConfig`, or a bare temperature; see
     `troupe.actors.logit_processing`), and, on request, its entropy (a metric without a graph
-    unless ``entropy_grad``) and its ``top_k`` most likely log-probs at every completion position.
+    unless ``entropy_grad``), its ``top_k`` most likely log-probs at every completion position and,
+    with ``with_distribution``, its whole log-distribution ``[B, C, V]`` (what distillation
+    losses compare with a teacher's).
     A batch with ``pixel_values_videos``/``video_grid_thw`` (see `troupe.actors.vision`) feeds its
     videos too."""
     batch.require("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", who="completion_forward")
@@ -59,6 +61,8 @@ def completion_forward(
     if with_entropy:
         with contextlib.nullcontext() if entropy_grad else torch.no_grad():  # a metric, unless the loss uses it
             result["entropy"] = entropy_from_logits(logits, lse)
+    if with_distribution:
+        result["distribution"] = logits - lse.unsqueeze(-1)
     if top_k:
         lp = torch.log_softmax(logits, -1)
         vals, idx = lp.topk(top_k, dim=-1)
@@ -68,8 +72,10 @@ def completion_forward(
 
 @torch.no_grad()
 def score_completions(model: Any, batch: Batch, sampling: SamplingConfig | dict | float | None = 1.0,
-                      micro_batch_size: int = 64, top_k: int = 0) -> dict[str, torch.Tensor]:
+                      micro_batch_size: int = 64, top_k: int = 0, with_distribution: bool = False,
+                      ) -> dict[str, torch.Tensor]:
     """`completion_forward` without gradients, in micro-batches, concatenated."""
     sampling = as_sampling(sampling)
-    parts = [completion_forward(model, mb, sampling, top_k=top_k) for mb in batch.chunks(micro_batch_size)]
+    parts = [completion_forward(model, mb, sampling, top_k=top_k, with_distribution=with_distribution)
+             for mb in batch.chunks(micro_batch_size)]
     return {k: torch.cat([p[k] for p in parts], 0) for k in parts[0]}

@@ -65,12 +65,15 @@ class PolicyGraph:
     ``rollout``, ``reward``, ``learner`` and ``reference`` sections."""
 
     def __init__(self, cfg: Any, model_path: str, reward_kwargs: dict[str, Any] | None = None, prefix: str = "",
-                 shared_roles: bool = True, reward_role: str = "reward", checker_role: str = "checker") -> None:
+                 shared_roles: bool = True, reward_role: str = "reward", checker_role: str = "checker",
+                 learner_cls: type = Learner) -> None:
         """``prefix`` names this policy's learner and rollout roles, so several policies (the arms
         of a comparison) live in one graph; they share one reward and one reference role, which
         only the policy built with ``shared_roles=True`` declares. ``reward_role`` names the role
         that scores this policy's rollouts and ``checker_role`` the one `evaluate` scores with, when
-        arms are trained against different rewards and evaluated by one gold reward."""
+        arms are trained against different rewards and evaluated by one gold reward.
+        ``learner_cls`` is the learner's actor class: `Learner` or a subclass with more calls
+        (a distillation learner's)."""
         self.cfg = cfg
         self.prefix = prefix
         self.shared_roles = shared_roles
@@ -78,6 +81,7 @@ class PolicyGraph:
                       "checker": checker_role, "reference": "reference"}
         self.model_path = str(model_path)
         self.reward_kwargs = reward_kwargs or {}
+        self.learner_cls = learner_cls
         self.graph: ActorGraph | None = None
         self.faults = 0  # rollout calls re-issued after an engine died or timed out
         self.max_reissues = 2
@@ -98,7 +102,7 @@ class PolicyGraph:
                           "max_len": rc.sampling.max_new_tokens, "device": device, "chat_template": template}
         colocate = f"{self.prefix}policy" if rc.colocate_with_learner else None
         engine_cls = rollout_class(rc.backend)
-        learner = Role(self.names["learner"], Learner, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
+        learner = Role(self.names["learner"], self.learner_cls, count=c.learner.num_ranks, num_cpus=c.learner.num_cpus,
                        num_gpus=c.learner.num_gpus, colocate=colocate,
                        kwargs=learner_kwargs, rank_kwargs=[{"rank": r} for r in range(c.learner.num_ranks)])
         # An engine that sizes its memory at start-up (vLLM) starts, and is ready, before a

@@ -1,0 +1,104 @@
+"""``troupe run opd`` end to end at smoke scale: every arm trained through its actors, a readable
+run directory, an exact resume, and bad input refused before any actor starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from troupe import Run
+from troupe.platform.errors import ConfigError
+
+FAST = ["run.progress=false"]
+
+
+def _evals(run_dir):
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.timeout(900)
+def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache, tmp_path):
+    full = tmp_path / "full"
+    with Run("opd", preset="smoke", overrides=FAST, out=full) as r:
+        r.run()
+    for name in ("report.md", "summary.json", "eval.json", "config.yaml", "metrics.jsonl",
+                 "plots/success_vs_h_greedy.png", "plots/success_vs_h_t1.png"):
+        assert (full / name).is_file(), name
+    rows = _evals(full)
+    last = [r for r in rows if "bc_h4/loss/distill" in r][-1]
+    # the budget: 3 steps × 4 roll-ins × (4 digits + the end token) for the online arms, as many
+    # tokens of trajectories for BC; the vote arm pays its m = 5 draws at every position it scores
+    assert last["bc_h4/teacher_tokens"] <= 60 and last["bc_h4/teacher_tokens"] >= 12 * 4
+    assert 0 < last["tm_opd_h4/teacher_tokens"] <= 60
+    assert last["ne_opd_vote_h4/teacher_tokens"] % 5 == 0
+    record = json.loads((full / "eval.json").read_text())
+    assert set(record["arms"]) == {"bc_h4", "tm_opd_h4", "ne_opd_vote_h4"}
+    assert all(len(record["arms"][a][m]["success"]) == 8 for a in record["arms"] for m in ("greedy", "t1"))
+    summary = json.loads((full / "summary.json").read_text())
+    assert all(isinstance(c["holds"], bool) and c["measured"] for c in summary["claims"])
+    report = (full / "report.md").read_text()
+    assert "## OPD under a noisy teacher" in report and "the noisy teacher itself" in report
+
+    part = tmp_path / "part"
+    shutil.copytree(full, part)
+    for ckpt in (part / "checkpoints").glob("step-*"):
+        if int(ckpt.name.removeprefix("step-")) > 2:
+            shutil.rmtree(ckpt)
+    (part / "checkpoints" / "latest").write_text("step-00000002\n")
+    with Run("opd", resume=part) as r:
+        assert r.step_index == 2
+        r.run()
+    assert _evals(part) == rows
+    assert (part / "eval.json").read_text() == (full / "eval.json").read_text()
+
+
+@pytest.mark.parametrize("override, match", [
+    ("teacher.noise.eps=1.0", "teacher.noise.eps"),
+    ("teacher.noise.kernel=confusion", "teacher.noise.confusion"),
+    ("teacher.noise.kernel=topk teacher.noise.top_k=5000", "teacher.noise.top_k=5000 is larger than the vocabulary"),
+    ("opd.methods=[bc,dagger]", "opd.methods"),
+    ("opd.horizons=[2]", "opd.horizons"),
+    ("opd.teacher_tokens=3", "opd.teacher_tokens=3 is less than one episode"),
+    ("teacher.path=/nonexistent/teacher", "teacher.path"),
+])
+@pytest.mark.timeout(120)
+def test_bad_input_is_refused_naming_the_key(override, match, troupe_cache, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        with Run("opd", preset="smoke", overrides=[*FAST, *override.split()], out=tmp_path) as r:
+            r.run()
+
+
+@pytest.mark.timeout(900)
+def test_gpu_preset_runs_on_cpu_with_tiny_models_of_its_family(ray_local, troupe_cache, tmp_path):
+    """The GPU preset as a GPU user runs it (a hub-format Qwen2 student and a larger teacher of its
+    family with a padded vocabulary, top-k noise, top-k targets), with tiny models of that
+    architecture, the HF engine and the devices turned down for CPU."""
+    from troupe.actors.models import TinyLMSpec, build_tiny_lm, save_model, train_tokenizer
+    from troupe.envs.chain import ChainTask
+
+    tok = train_tokenizer(ChainTask(ChainTask.Config(horizon=8)).corpus(500), 384)
+    save_model(build_tiny_lm(TinyLMSpec(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                        intermediate_size=64), tok, seed=0), tok, tmp_path / "student")
+    teacher = build_tiny_lm(TinyLMSpec(hidden_size=64, num_layers=2), tok, seed=1)
+    teacher.resize_token_embeddings(len(tok) + 64)  # a larger model of the family pads its embedding further
+    save_model(teacher, tok, tmp_path / "teacher")
+    cpu = [f"model.path={tmp_path / 'student'}", f"teacher.path={tmp_path / 'teacher'}", "model.device=cpu",
+           "model.dtype=float32", "teacher.device=cpu", "teacher.dtype=float32", "teacher.num_gpus=0",
+           "rollout.backend=hf", "rollout.num_gpus=0", "learner.num_gpus=0", "learner.autocast=none",
+           "learner.recompute_old_logprobs=false", "rollout.num_cpus=0.1", "learner.num_cpus=0.1",
+           "opd.prompts_per_step=4", "opd.updates_per_step=1", "opd.batch_size=8", "opd.horizons=[8]",
+           "eval.num_prompts=4", "eval.bootstrap=20", "run.steps=2", "run.eval_every=2", "run.checkpoint_every=2",
+           "run.num_cpus=4", *FAST]
+    out = tmp_path / "run"
+    with Run("opd", preset="gpu", overrides=cpu, out=out) as r:
+        c = r.config
+        assert c.teacher.top_k == 20 and c.teacher.noise.kernel == "topk" and c.task.kind == "running_sum"
+        assert c.model.chat_template is None and c.model.sft_steps() == 0
+        r.run()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trained = [row for row in rows if "ne_opd_hard_h8/loss/distill" in row]
+    assert len(trained) == 2 and all(row["tm_opd_h8/teacher_tokens"] > 0 for row in trained)
+    assert (out / "report.md").is_file()
