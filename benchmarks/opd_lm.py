@@ -25,7 +25,8 @@ TARGET = 0.9
 
 
 def add_args(ap: Any) -> None:
-    ap.add_argument("--lm-seeds", type=int, default=3, help="seeds of the LM sweep (one `troupe run opd` per seed and H)")
+    ap.add_argument("--lm-seeds", type=int, default=3,
+                    help="seeds of the LM sweep (one `troupe run opd` per seed and H)")
     ap.add_argument("--lm-horizons", default=",".join(map(str, HORIZONS)), help="comma list of H")
     ap.add_argument("--lm-methods", default=",".join(METHODS), help="comma list of methods")
     ap.add_argument("--lm-override", action="append", default=[], help="a key=value for every run")
@@ -42,19 +43,9 @@ def _interval(per_seed: list[list[float]], resamples: int = 1000, seed: int = 0)
             "hi": float(np.quantile(boot, 0.975))}
 
 
-def _tokens_to_target(history: list[dict], arm: str) -> float | None:
-    """Teacher tokens the arm had used by the first evaluation at which its greedy success
-    reached `TARGET` (None when it never did)."""
-    tokens = 0.0
-    for row in history:
-        tokens = row.get(f"{arm}/teacher_tokens", tokens)
-        if row.get(f"eval/{arm}/greedy", 0.0) >= TARGET:
-            return tokens
-    return None
-
-
 def run(args: Any) -> dict:
     from troupe import Run
+    from troupe.algorithms.opd.analysis import tokens_to_target
 
     seeds = list(range(args.lm_seeds))
     horizons = [int(h) for h in args.lm_horizons.split(",")]
@@ -83,7 +74,7 @@ def run(args: Any) -> dict:
                     cell["t1"].append(got["t1"]["success"])
                     cell["steps"].append(float(np.mean(got["greedy"]["steps"])))
                     cell["tokens"].append(max(r.get(f"{arm}/teacher_tokens", 0.0) for r in history))
-                    cell["to_target"].append(_tokens_to_target(history, arm))
+                    cell["to_target"].append(tokens_to_target(history, arm, TARGET))
                 teacher = raw.setdefault("teacher", {}).setdefault(str(h), {"t1": []})
                 teacher["t1"].append(record["teacher_t1"][str(h)])
     summary = {m: {h: {"greedy": _interval(c["greedy"]), "t1": _interval(c["t1"]),

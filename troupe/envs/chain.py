@@ -118,6 +118,24 @@ class ChainTask(Task):
         return self
 
 
+class ChainMixture:
+    """The chain task at several horizons, rows drawn from each in turn: what one student
+    tokenizer and one teacher are built on when a run compares horizons (an `SFTTask`)."""
+
+    def __init__(self, tasks: list[ChainTask]) -> None:
+        self.tasks = list(tasks)
+
+    def sample(self, n: int, split: str, rng: np.random.Generator) -> list[dict]:
+        per = [t.sample(-(-n // len(self.tasks)), split, rng) for t in self.tasks]
+        return [per[i % len(per)][i // len(per)] for i in range(n)]
+
+    def corpus(self, n: int = 2000, seed: int = 0) -> list[str]:
+        return [f"{r['prompt']}{r['answer']}" for r in self.sample(n, "train", np.random.default_rng(seed))]
+
+    def cache_key(self) -> dict[str, Any]:
+        return {"chain_mixture": [t.cache_key() for t in self.tasks]}
+
+
 def chain_steps(kind: str, digits: tuple[int, ...] | list[int], horizon: int) -> list[int]:
     """Every step's output of a chain (see the module docstring)."""
     if kind == "running_sum":

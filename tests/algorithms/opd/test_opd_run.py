@@ -63,12 +63,32 @@ def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache,
     ("opd.horizons=[2]", "opd.horizons"),
     ("opd.teacher_tokens=3", "opd.teacher_tokens=3 is less than one episode"),
     ("teacher.path=/nonexistent/teacher", "teacher.path"),
+    ("teacher.path=tiny teacher.model.sft.steps=1 teacher.model.tiny.vocab_size=259",
+     "distillation needs a shared tokenizer"),
 ])
 @pytest.mark.timeout(120)
 def test_bad_input_is_refused_naming_the_key(override, match, troupe_cache, tmp_path):
     with pytest.raises(ConfigError, match=match):
         with Run("opd", preset="smoke", overrides=[*FAST, *override.split()], out=tmp_path) as r:
             r.run()
+
+
+@pytest.mark.timeout(600)
+def test_an_embedded_lm_teacher_is_fitted_with_the_students_tokenizer_and_scored_through_the_graph(
+        ray_local, troupe_cache, tmp_path):
+    over = [*FAST, "teacher.path=tiny", "teacher.model.sft.steps=30", "teacher.model.sft.batch_size=16",
+            "teacher.model.tiny.hidden_size=32", "teacher.model.tiny.intermediate_size=64", "opd.methods=[bc,ne_opd_hard]",
+            "run.steps=2", "run.eval_every=2"]
+    out = tmp_path / "run"
+    with Run("opd", preset="smoke", overrides=over, out=out) as r:
+        r.run()
+    prepared = json.loads((out / "prepare.json").read_text())
+    assert prepared["teacher"]["sft"] == "fitted" and prepared["teacher"]["sft_steps"] == 30
+    record = json.loads((out / "eval.json").read_text())
+    assert set(record["teacher_clean_greedy"]) == {"4"} and len(record["teacher_clean_greedy"]["4"]) == 8
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["ne_opd_hard_h4/teacher_tokens"] for row in rows if "ne_opd_hard_h4/teacher_tokens" in row][-1] > 0
+    assert "embedded LM SFT-fitted on clean chains" in (out / "report.md").read_text()
 
 
 @pytest.mark.timeout(900)

@@ -34,7 +34,7 @@ from troupe.algorithms.opd.noise import votes_needed
 from troupe.algorithms.opd.teacher import NoisyTeacher
 from troupe.algorithms.policy_graph import PolicyGraph, step_seed
 from troupe.algorithms.sft import prepare_policy
-from troupe.envs.chain import ChainTask, answer_length, chain_exact, step_correct
+from troupe.envs.chain import ChainMixture, ChainTask, answer_length, chain_exact, step_correct
 from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.checkpoint import atomic_write_json
 from troupe.platform.config import to_dict
@@ -57,14 +57,23 @@ class OPD(Algorithm):
         self.arms = c.arms()
         self.policies: dict[str, PolicyGraph] = {}
         self.m_votes: dict[int, int] = {}
+        self.teacher_path = config.teacher.path
 
     # -- the graph --------------------------------------------------------------------------
     def prepare(self) -> dict[str, Any]:
         """The student every arm starts from (the embedded model untrained, or ``model.path``)."""
         c = self.config
         facts: dict[str, Any] = {}
-        longest = self.tasks[max(c.opd.horizons)]
-        prepare_policy(c.model, longest.sft_task(), longest.cache_key(), facts)
+        # One tokenizer for the student and an embedded teacher: both read the same corpus.
+        mixture = ChainMixture([self.tasks[h] for h in sorted(c.opd.horizons)])
+        prepare_policy(c.model, mixture, mixture.cache_key(), facts)
+        self.teacher_path = c.teacher.path
+        if c.teacher.path == "tiny":
+            teacher: dict[str, Any] = {}
+            model = dataclasses.replace(c.teacher.model, path="tiny")
+            prepare_policy(model, mixture, mixture.cache_key(), teacher)
+            self.teacher_path = teacher["model_path"]
+            facts["teacher"] = teacher
         self.policies = {arm: PolicyGraph(c, facts["model_path"], prefix=f"{arm}_", shared_roles=False,
                                           learner_cls=DistillLearner) for arm, _, _ in self.arms}
         self.check_teacher(facts["model_path"])
@@ -86,8 +95,8 @@ class OPD(Algorithm):
             if k > len(student):
                 raise ConfigError(f"{key}={k} is larger than the vocabulary ({len(student)} tokens)")
         answer_ids(student, t.noise.answer_tokens)
-        if t.path != "program":
-            check_same_vocabulary(student, load_tokenizer(t.path), student_path, t.path)
+        if self.teacher_path != "program":
+            check_same_vocabulary(student, load_tokenizer(self.teacher_path), student_path, self.teacher_path)
 
     def votes(self, horizon: int, model_path: str) -> int:
         """m of sample access: ``teacher.votes``, or §B.2's Hoeffding number at the kernel's margin."""
@@ -104,7 +113,7 @@ class OPD(Algorithm):
         t = c.teacher
         path = next(iter(self.policies.values())).model_path
         roles = [Role("teacher", NoisyTeacher, num_cpus=t.num_cpus, num_gpus=t.num_gpus, max_restarts=t.max_restarts,
-                      kwargs={"expert": t.path, "student_path": path, "noise": to_dict(t.noise), "seed": c.run.seed,
+                      kwargs={"expert": self.teacher_path, "student_path": path, "noise": to_dict(t.noise), "seed": c.run.seed,
                               "device": t.device, "dtype": t.dtype, "top_k": t.top_k}),
                  Role("buffer", DistillBuffer, num_cpus=0.1, kwargs={"capacity": c.opd.buffer_capacity})]
         return roles + [role for p in self.policies.values() for role in p.roles()]
@@ -199,8 +208,10 @@ class OPD(Algorithm):
         teacher = self.graph["teacher"][0]
         own = {h: teacher.trajectories.remote(self.eval_rows[h], 1.0, self.max_tokens(h), "eval")
                for h in c.opd.horizons}
+        clean = {h: teacher.trajectories.remote(self.eval_rows[h], 0.0, self.max_tokens(h), "eval", True)
+                 for h in c.opd.horizons}
         out: dict[str, float] = {}
-        record: dict[str, Any] = {"step": step, "arms": {}, "teacher_t1": {},
+        record: dict[str, Any] = {"step": step, "arms": {}, "teacher_t1": {}, "teacher_clean_greedy": {},
                                   "prompts": {str(h): [r["prompt"] for r in rows] for h, rows in self.eval_rows.items()}}
         for (arm, mode), rollout in pending.items():
             texts = [t for b in ray.get(rollout.batches()) for t in b["completion"]]
@@ -213,6 +224,9 @@ class OPD(Algorithm):
             success, _ = score_texts(ray.get(ref)["completion"], self.eval_rows[h])
             record["teacher_t1"][str(h)] = success
             out[f"teacher_h{h}/t1"] = float(np.mean(success))
+            success, _ = score_texts(ray.get(clean[h])["completion"], self.eval_rows[h])
+            record["teacher_clean_greedy"][str(h)] = success
+            out[f"teacher_h{h}/clean_greedy"] = float(np.mean(success))
         atomic_write_json(self.ctx.artifact("eval.json"), record)
         return out
 
@@ -241,7 +255,7 @@ class OPD(Algorithm):
         record = json.loads(path.read_text())
         usage = {arm: row[f"{arm}/teacher_tokens"] for row in history for arm, _, _ in config.arms()
                  if f"{arm}/teacher_tokens" in row}
-        tab = analysis.table(config, record, usage)
+        tab = analysis.table(config, record, usage, history)
         plots = analysis.plots(config, tab, run.plots_dir)
         summary = {"table": tab, "claims": analysis.claims(config, tab)}
         return Report(summary, analysis.sections(config, tab, summary["claims"], run.prepared(), plots))

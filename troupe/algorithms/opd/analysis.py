@@ -29,7 +29,22 @@ def interval(values: list[float], resamples: int, groups: list[str] | None = Non
     return {"mean": float(v.mean()), "lo": float(np.quantile(means, 0.025)), "hi": float(np.quantile(means, 0.975))}
 
 
-def table(config: Any, record: dict[str, Any], usage: dict[str, float] | None = None) -> dict[str, Any]:
+TARGET = 0.9  # "examples needed": teacher tokens spent by the first evaluation at this greedy success
+
+
+def tokens_to_target(history: list[dict[str, Any]], arm: str, target: float = TARGET) -> float | None:
+    """Teacher tokens ``arm`` had used by its first evaluation with greedy success >= ``target``
+    (None when it never got there)."""
+    tokens = 0.0
+    for row in history:
+        tokens = row.get(f"{arm}/teacher_tokens", tokens)
+        if row.get(f"eval/{arm}/greedy", 0.0) >= target:
+            return tokens
+    return None
+
+
+def table(config: Any, record: dict[str, Any], usage: dict[str, float] | None = None,
+          history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``{"arms": {arm: {method, horizon, greedy, t1, greedy_steps, t1_steps}}, "teacher_t1": {H: ...}}``."""
     b = config.eval.bootstrap
     prompts = record.get("prompts", {})
@@ -42,9 +57,11 @@ def table(config: Any, record: dict[str, Any], usage: dict[str, float] | None = 
         arms[arm] = {"method": method, "horizon": h,
                      "greedy": interval(got["greedy"]["success"], b, g), "t1": interval(got["t1"]["success"], b, g),
                      "greedy_steps": float(np.mean(got["greedy"]["steps"])), "t1_steps": float(np.mean(got["t1"]["steps"])),
-                     "teacher_tokens": (usage or {}).get(arm)}
+                     "teacher_tokens": (usage or {}).get(arm),
+                     "tokens_to_target": tokens_to_target(history or [], arm)}
     teacher = {h: interval(v, b, prompts.get(h)) for h, v in record.get("teacher_t1", {}).items()}
-    return {"step": record.get("step"), "arms": arms, "teacher_t1": teacher}
+    clean = {h: interval(v, b, prompts.get(h)) for h, v in record.get("teacher_clean_greedy", {}).items()}
+    return {"step": record.get("step"), "arms": arms, "teacher_t1": teacher, "teacher_clean_greedy": clean}
 
 
 def _cell(tab: dict[str, Any], method: str, h: int) -> dict[str, Any] | None:
@@ -134,20 +151,27 @@ def sections(config: Any, tab: dict[str, Any], claim_list: list[dict[str, Any]],
     t = config.teacher
     noise = t.noise
     kernel = noise.kernel + (f" (k={noise.top_k})" if noise.kernel == "topk" else "")
+    fitted = prepared.get("teacher")
+    who = (f"an embedded LM SFT-fitted on clean chains ({fitted.get('sft_steps')} steps, `{fitted.get('model_path')}`)"
+           if fitted else f"`{t.path}`")
     lines = ["## OPD under a noisy teacher", "",
-             f"Chains of kind `{config.task.kind}`; teacher `{t.path}` with ε = {noise.eps} of the `{kernel}` kernel; "
+             f"Chains of kind `{config.task.kind}`; teacher {who} with ε = {noise.eps} of the `{kernel}` kernel; "
              f"every arm starts from `{prepared.get('model_path', '?')}` and gets "
              + ", ".join(f"{v} teacher tokens at H={h}" for h, v in prepared.get("budget", {}).items())
              + f" ({config.opd.prompts_per_step} roll-ins a step, {config.opd.updates_per_step} updates a step, "
              f"{config.run.steps} steps). Held-out success at step {tab['step']}, 95% bootstrap intervals over "
              f"{config.eval.num_prompts} held-out prompts.", "",
-             "| method | H | greedy | T=1 | steps right (greedy) | teacher tokens |", "|---|---|---|---|---|---|"]
+             f"| method | H | greedy | T=1 | steps right (greedy) | teacher tokens | tokens to greedy ≥ {TARGET} |",
+             "|---|---|---|---|---|---|---|"]
     for c in tab["arms"].values():
-        tokens = c["teacher_tokens"]
+        tokens, needed = c["teacher_tokens"], c.get("tokens_to_target")
         lines.append(f"| {LABEL.get(c['method'], c['method'])} | {c['horizon']} | {_ci(c['greedy'])} | {_ci(c['t1'])} | "
-                     f"{c['greedy_steps']:.3f} | {'–' if tokens is None else int(tokens)} |")
+                     f"{c['greedy_steps']:.3f} | {'–' if tokens is None else int(tokens)} | "
+                     f"{'not reached' if needed is None else int(needed)} |")
     for h, c in tab["teacher_t1"].items():
-        lines.append(f"| the noisy teacher itself | {h} | – | {_ci(c)} | – | – |")
+        lines.append(f"| the noisy teacher itself | {h} | – | {_ci(c)} | – | – | – |")
+    for h, c in tab.get("teacher_clean_greedy", {}).items():
+        lines.append(f"| the clean teacher, greedy (ε = 0) | {h} | {_ci(c)} | – | – | – | – |")
     if "ne_opd_vote" in config.opd.methods:
         lines += ["", "Sample access draws " + ", ".join(f"m = {m} at H={h}" for h, m in prepared.get("votes", {}).items())
                   + " per position (§B.2's Hoeffding number unless `teacher.votes` is set)."]

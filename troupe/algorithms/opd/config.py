@@ -46,14 +46,24 @@ METHODS: dict[str, Method] = {
 }
 
 
+def _teacher_model() -> ModelConfig:
+    # Wider than the student and fitted on clean chains of every horizon (cached like the SFT policy).
+    from troupe.actors.models import TinyLMSpec
+
+    return ModelConfig(tiny=TinyLMSpec(hidden_size=128, intermediate_size=384), chat_template=PLAIN_TEMPLATE,
+                       sft=SFTConfig(enabled=True, steps=2000, schedule="cosine"))
+
+
 @dataclasses.dataclass
 class TeacherConfig:
-    # "program": the task's own answer, token by token (a clean expert the student can learn
-    # exactly); or a causal LM by hub id or local directory that shares the student's tokenizer.
+    # "program": the task's rule at every state (a clean expert the student can learn exactly);
+    # "tiny": an embedded LM SFT-fitted on clean chains of every horizon (`teacher.model`), with
+    # the student's tokenizer; or a causal LM by hub id or local directory sharing that tokenizer.
     path: str = "program"
-    # A wrong digit at each step w.p. ε (the step kernel): with the tiny model's 384-token
-    # vocabulary, uniform noise is a non-digit token 97% of the time, which a digit chain reads
-    # past, so ν = uniform (§B.1's default, `kernel=uniform`) would barely corrupt an answer.
+    model: ModelConfig = dataclasses.field(default_factory=_teacher_model)  # path=tiny only
+    # A wrong digit at each step w.p. ε (the step kernel): with the chain tokenizer's 261 tokens,
+    # uniform noise is a non-digit token 96% of the time, which a digit chain reads past, so
+    # ν = uniform (§B.1's default, `kernel=uniform`) would barely corrupt an answer.
     noise: NoiseConfig = dataclasses.field(default_factory=lambda: NoiseConfig(kernel="step"))
     votes: int = 0  # sample access: draws per position; 0 = the Hoeffding m of §B.2 at `delta`
     top_k: int = 0  # logit access sends π̃'s top-k at each position (a large vocabulary); 0: all of it
@@ -72,7 +82,7 @@ class TeacherConfig:
               "an integer >= 0 (0 sends whole distributions)")
 
     def validate(self) -> None:
-        if self.path != "program":
+        if self.path not in ("program", "tiny"):
             from troupe.actors.models import model_config_or_error
 
             model_config_or_error(self.path, "teacher.path", "the teacher's causal LM")
