@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # troupe's GPU checks: the vLLM rollout engine and weight sync (pytest -m gpu), a short GRPO
-# run with rollout.backend=vllm colocated with the learner on one GPU, and BPO's vl-gpu preset
-# on a tiny hub-format Qwen2.5-VL checkpoint.
+# run with rollout.backend=vllm colocated with the learner on one GPU, BPO's vl-gpu preset
+# on a tiny hub-format Qwen2.5-VL checkpoint, and OPD's gpu preset on tiny Qwen2 models.
 #
 #   scripts/gpu_check.sh OUT_DIR
 #
@@ -87,6 +87,25 @@ step bpo-vl-gpu "$venv/bin/troupe" run bpo --preset vl-gpu --out "$out/bpo-vl-gp
   eval.num_prompts=20 run.steps=3 run.eval_every=3 run.checkpoint_every=3 run.progress=false
 if [ -f "$out/bpo-vl-gpu/summary.json" ]; then
   cp "$out/bpo-vl-gpu/summary.json" "$out/bpo-vl-gpu-summary.json"
+fi
+
+# OPD's one-GPU preset (vLLM student engines, a larger teacher of the family on the GPU, top-k
+# targets) on tiny Qwen2 models sharing one tokenizer, the teacher's embedding padded wider.
+step tiny-opd-models "$venv/bin/python" -c '
+import sys
+from troupe.actors.models import TinyLMSpec, build_tiny_lm, save_model, train_tokenizer
+from troupe.envs.chain import ChainTask
+tok = train_tokenizer(ChainTask(ChainTask.Config(horizon=8)).corpus(500), 384)
+save_model(build_tiny_lm(TinyLMSpec(), tok, seed=0), tok, sys.argv[1] + "/student")
+teacher = build_tiny_lm(TinyLMSpec(hidden_size=128, intermediate_size=384), tok, seed=1)
+teacher.resize_token_embeddings(len(tok) + 64)
+save_model(teacher, tok, sys.argv[1] + "/teacher")
+' "$out/tiny-opd" && \
+step opd-gpu "$venv/bin/troupe" run opd --preset gpu --out "$out/opd-gpu" \
+  model.path="$out/tiny-opd/student" teacher.path="$out/tiny-opd/teacher" opd.horizons=[8] \
+  opd.prompts_per_step=8 eval.num_prompts=20 run.steps=3 run.eval_every=3 run.checkpoint_every=3 run.progress=false
+if [ -f "$out/opd-gpu/summary.json" ]; then
+  cp "$out/opd-gpu/summary.json" "$out/opd-gpu-summary.json"
 fi
 
 if [ "$failed" -ne 0 ]; then

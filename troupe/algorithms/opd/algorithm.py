@@ -142,7 +142,7 @@ class OPD(Algorithm):
             if m.data != "offline" and step < c.query_steps(h):
                 rows = self.tasks[h].train_rows(c.opd.prompts_per_step,
                                                 np.random.default_rng(step_seed(c.run.seed, step, f"rows/{arm}")))
-                temperature = 1.0 if m.roll == "sample" else 0.0
+                temperature = 1.0 if m.roll == "sample" else c.opd.roll_temperature
                 rollouts[arm] = self.policies[arm].rollout([r["prompt"] for r in rows], rows,
                                                            self._sampling(temperature, h),
                                                            step_seed(c.run.seed, step, f"roll/{arm}"), score=False)
