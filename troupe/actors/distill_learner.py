@@ -20,7 +20,6 @@ import torch
 
 from troupe.actors.learner import Learner
 from troupe.actors.logprobs import completion_forward
-from troupe.actors.lr_schedule import lr_factor
 from troupe.actors.scorer import as_batch
 from troupe.platform.batch import Batch
 from troupe.platform.errors import ConfigError
@@ -95,16 +94,9 @@ class DistillLearner(Learner):
             sums["entropy"] += float((fwd["entropy"].detach() * m).sum()) / total
             agree = (student.detach().argmax(-1) == target.argmax(-1)).float()
             sums["agree/teacher_mode"] += float((agree * m).sum()) / total
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
-        lr = self.cfg.lr * lr_factor(self.updates, self.cfg.lr_schedule, self.cfg.warmup_steps, self.total_steps,
-                                     self.cfg.min_lr_ratio)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
-        self.updates += 1
+        grad_norm, lr = self._apply_gradients()
         # This rank's shares; the caller sums them over ranks.
-        return {**sums, "grad_norm": float(grad_norm), "lr": lr}
+        return {**sums, "grad_norm": grad_norm, "lr": lr}
 
     def sampled_rkl(self, batch: Batch | list[Any]) -> dict[str, float]:
         """On-policy distillation's sampled reverse KL: the completions are the student's own

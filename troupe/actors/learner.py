@@ -227,6 +227,12 @@ class Learner:
             m["entropy"] = float((fwd["entropy"].detach() * cm).sum() / cm.sum().clamp(min=1))
             for k, v in m.items():
                 totals[k] = totals.get(k, 0.0) + v * len(mb) / max(len(shard), 1)
+        totals["grad_norm"], totals["lr"] = self._apply_gradients()
+        return totals
+
+    def _apply_gradients(self) -> tuple[float, float]:
+        """Clip the accumulated gradients, set the scheduled learning rate, take the optimizer
+        step; returns the gradient norm before clipping and the learning rate."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
         lr = self.cfg.lr * lr_factor(self.updates, self.cfg.lr_schedule, self.cfg.warmup_steps, self.total_steps,
@@ -235,9 +241,7 @@ class Learner:
             group["lr"] = lr
         self.optimizer.step()
         self.updates += 1
-        totals["grad_norm"] = float(grad_norm)
-        totals["lr"] = lr
-        return totals
+        return float(grad_norm), lr
 
     def _autocast(self) -> Any:
         """The context of the forward passes: ``torch.autocast`` to ``learner.autocast``'s dtype, or none."""

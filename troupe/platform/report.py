@@ -77,6 +77,19 @@ def plot_metrics(history: list[dict[str, Any]], plots_dir: Path, groups: dict[st
     return written
 
 
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> str:
+    """Write a matplotlib figure as a PNG atomically (a reader never sees half a plot), close
+    it, and return the file's name."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path.name
+
+
 def last_values(history: list[dict[str, Any]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for row in history:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from troupe.algorithms.icrm import metrics
+from troupe.platform.report import save_figure
 
 ENSEMBLE = "ensemble"
 SELECTED = "icrm"
@@ -109,15 +110,6 @@ def claims(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, An
 
 
 # -- plots ---------------------------------------------------------------------------------------
-def _save(fig: Any, path: Path, plt: Any) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
-    return path.name
-
-
 def plots(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, Any], selected: str,
           plots_dir: Path) -> list[str]:
     """Accuracy vs k on each split, the reliability diagram and ECE against λ."""
@@ -140,7 +132,7 @@ def plots(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, Any
         ax.set_title(f"Accuracy vs k: {title}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-        written.append(_save(fig, plots_dir / f"accuracy_vs_k_{split}.png", plt))
+        written.append(save_figure(fig, plots_dir / f"accuracy_vs_k_{split}.png"))
 
     fig, ax = plt.subplots(figsize=(5.2, 4.2))
     ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", label="calibrated")
@@ -157,7 +149,7 @@ def plots(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, Any
     ax.set_title("Reliability (15 equal-mass bins, seen split)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
-    written.append(_save(fig, plots_dir / "reliability.png", plt))
+    written.append(save_figure(fig, plots_dir / "reliability.png"))
 
     if lam_models:
         fig, ax = plt.subplots(figsize=(4.6, 3.2))
@@ -168,7 +160,7 @@ def plots(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, Any
         ax.set_ylabel("validation ECE")
         ax.set_title("Choosing λ on validation ECE", fontsize=9)
         ax.grid(alpha=0.3)
-        written.append(_save(fig, plots_dir / "ece_vs_lambda.png", plt))
+        written.append(save_figure(fig, plots_dir / "ece_vs_lambda.png"))
     return written
 
 
@@ -254,7 +246,7 @@ def rl_plots(records: list[dict[str, Any]], plots_dir: Path) -> list[str]:
         ax.set_title(f"ICRM-RL: persona {who}'s gold reward", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-        written.append(_save(fig, plots_dir / f"rl_gold_{who}.png", plt))
+        written.append(save_figure(fig, plots_dir / f"rl_gold_{who}.png"))
     return written
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from troupe.platform.report import save_figure
+
 LABEL = {"bc": "BC (noisy trajectories)", "clean_bc": "BC, clean teacher (oracle)", "seq_kd": "sequence KD",
          "gkd_fkl": "GKD forward KL", "gkd_rkl": "GKD reverse KL", "gkd_jsd": "GKD JSD", "tm_opd": "OPD, sampled RKL",
          "ne_opd_hard": "NE-OPD hard", "ne_opd_tl": "NE-OPD teacher-likelihood", "ne_opd_rkl": "NE-OPD RKL",
@@ -103,15 +105,6 @@ def claims(config: Any, tab: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _save(fig: Any, path: Path, plt: Any) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
-    return path.name
-
-
 def plots(config: Any, tab: dict[str, Any], plots_dir: Path) -> list[str]:
     """Success against the horizon, greedy and at T=1 (one plot each), with 95% intervals."""
     import matplotlib
@@ -138,7 +131,7 @@ def plots(config: Any, tab: dict[str, Any], plots_dir: Path) -> list[str]:
         ax.set_title(f"Success vs horizon, {title}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-        written.append(_save(fig, plots_dir / f"success_vs_h_{mode}.png", plt))
+        written.append(save_figure(fig, plots_dir / f"success_vs_h_{mode}.png"))
     return written
 
 
