@@ -122,3 +122,20 @@ def test_gpu_preset_runs_on_cpu_with_tiny_models_of_its_family(ray_local, troupe
     trained = [row for row in rows if "ne_opd_hard_h8/loss/distill" in row]
     assert len(trained) == 2 and all(row["tm_opd_h8/teacher_tokens"] > 0 for row in trained)
     assert (out / "report.md").is_file()
+
+
+def test_every_preset_resolves_and_the_default_compares_three_families(tmp_path):
+    from troupe.algorithms.opd.algorithm import OPD
+    from troupe.algorithms.opd.config import METHODS, OPDConfig
+    from troupe.platform.config import resolve
+
+    names = sorted(p.stem for p in OPD.presets_dir().glob("*.yaml"))
+    assert {"smoke", "baselines", "lm-teacher", "gpu"} <= set(names)
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2"}')  # stands in for the hub teacher: no network
+    for name in names:
+        cfg = resolve(OPDConfig, OPD.presets_dir(), name, [f"teacher.path={tmp_path}"] if name == "gpu" else [])
+        assert cfg.learner.total_steps == cfg.run.steps * cfg.opd.updates_per_step
+    assert set(resolve(OPDConfig, OPD.presets_dir(), "baselines", []).opd.methods) == set(METHODS)
+    default = resolve(OPDConfig, OPD.presets_dir(), None, [])
+    kinds = {METHODS[m].data for m in default.opd.methods}
+    assert kinds == {"offline", "online", "dagger"} and default.opd.horizons == [4, 8]
