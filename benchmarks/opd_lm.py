@@ -11,6 +11,7 @@ spent by the first evaluation at which greedy success reached 0.9 ("examples nee
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +31,8 @@ def add_args(ap: Any) -> None:
     ap.add_argument("--lm-horizons", default=",".join(map(str, HORIZONS)), help="comma list of H")
     ap.add_argument("--lm-methods", default=",".join(METHODS), help="comma list of methods")
     ap.add_argument("--lm-override", action="append", default=[], help="a key=value for every run")
-    ap.add_argument("--lm-runs", help="keep the runs' directories here (default: a temporary folder)")
+    ap.add_argument("--lm-runs", help="keep the runs' directories here (default: a temporary folder); a run "
+                                      "already finished there with the same settings is read, not run again")
 
 
 def _interval(per_seed: list[list[float]], resamples: int = 1000, seed: int = 0) -> dict[str, float]:
@@ -41,6 +43,12 @@ def _interval(per_seed: list[list[float]], resamples: int = 1000, seed: int = 0)
     boot = np.mean([a[rng.integers(0, len(a), (resamples, len(a)))].mean(1) for a in arrays], axis=0)
     return {"mean": float(np.mean([a.mean() for a in arrays])), "lo": float(np.quantile(boot, 0.025)),
             "hi": float(np.quantile(boot, 0.975))}
+
+
+def _finished(out: Path, overrides: list[str]) -> bool:
+    """Whether ``out`` holds a finished run of these overrides (``--lm-runs`` makes a sweep resumable)."""
+    done = out / "overrides.json"
+    return (out / "summary.json").is_file() and done.is_file() and json.loads(done.read_text()) == overrides
 
 
 def run(args: Any) -> dict:
@@ -60,11 +68,17 @@ def run(args: Any) -> dict:
                 out = root / f"seed{seed}-h{h}"
                 over = ["run.progress=false", f"run.seed={seed}", f"opd.horizons=[{h}]",
                         f"opd.methods=[{','.join(methods)}]", *args.lm_override]
-                with Run("opd", overrides=over, out=out) as r:
-                    r.run()
+                if not _finished(out, over):  # a kept run with these settings is read, not run again
+                    shutil.rmtree(out, ignore_errors=True)
+                    with Run("opd", overrides=over, out=out) as r:
+                        r.run()
+                    (out / "overrides.json").write_text(json.dumps(over))
                 record = json.loads((out / "eval.json").read_text())
                 history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-                runs.append({"seed": seed, "horizon": h, "wall_s": round(time.perf_counter() - t0, 1)})
+                # The run's own span (its config written first, its summary last): right for a kept run too.
+                wall = (out / "summary.json").stat().st_mtime - (out / "config.yaml").stat().st_mtime
+                runs.append({"seed": seed, "horizon": h, "wall_s": round(wall, 1),
+                             "reused": time.perf_counter() - t0 < 0.5 * wall})
                 for m in methods:
                     arm = f"{m}_h{h}"
                     cell = raw.setdefault(m, {}).setdefault(str(h), {"greedy": [], "t1": [], "steps": [],
