@@ -31,6 +31,8 @@ def add_args(ap: Any) -> None:
     ap.add_argument("--lm-horizons", default=",".join(map(str, HORIZONS)), help="comma list of H")
     ap.add_argument("--lm-methods", default=",".join(METHODS), help="comma list of methods")
     ap.add_argument("--lm-override", action="append", default=[], help="a key=value for every run")
+    ap.add_argument("--lm-kept-only", action="store_true",
+                    help="read the finished runs under --lm-runs and run none (a seed and H not there is left out)")
     ap.add_argument("--lm-runs", help="keep the runs' directories here (default: a temporary folder); a run "
                                       "already finished there with the same settings is read, not run again")
 
@@ -59,7 +61,8 @@ def run(args: Any) -> dict:
     horizons = [int(h) for h in args.lm_horizons.split(",")]
     methods = args.lm_methods.split(",")
     raw: dict[str, dict[str, dict[str, list]]] = {}
-    runs = []
+    runs: list[dict] = []
+    missing: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="opd-lm-") as work:
         root = Path(args.lm_runs or work)
         for seed in seeds:
@@ -68,6 +71,9 @@ def run(args: Any) -> dict:
                 out = root / f"seed{seed}-h{h}"
                 over = ["run.progress=false", f"run.seed={seed}", f"opd.horizons=[{h}]",
                         f"opd.methods=[{','.join(methods)}]", *args.lm_override]
+                if getattr(args, "lm_kept_only", False) and not _finished(out, over):
+                    missing.append({"seed": seed, "horizon": h})
+                    continue
                 if not _finished(out, over):  # a kept run with these settings is read, not run again
                     shutil.rmtree(out, ignore_errors=True)
                     with Run("opd", overrides=over, out=out) as r:
@@ -91,13 +97,18 @@ def run(args: Any) -> dict:
                     cell["to_target"].append(tokens_to_target(history, arm, TARGET))
                 teacher = raw.setdefault("teacher", {}).setdefault(str(h), {"t1": []})
                 teacher["t1"].append(record["teacher_t1"][str(h)])
-    summary = {m: {h: {"greedy": _interval(c["greedy"]), "t1": _interval(c["t1"]),
+    # Per-seed means beside the intervals: resampling prompts within seeds says nothing of how
+    # far apart the seeds' runs land.
+    summary = {m: {h: {"seeds": len(c["greedy"]), "greedy": _interval(c["greedy"]), "t1": _interval(c["t1"]),
+                       "greedy_per_seed": [float(np.mean(v)) for v in c["greedy"]],
+                       "t1_per_seed": [float(np.mean(v)) for v in c["t1"]],
                        "steps_greedy": float(np.mean(c["steps"])), "teacher_tokens": float(np.mean(c["tokens"])),
                        "tokens_to_greedy_0.9": c["to_target"]}
                    for h, c in per_h.items()} for m, per_h in raw.items() if m != "teacher"}
     summary["teacher"] = {h: {"t1": _interval(c["t1"])} for h, c in raw.get("teacher", {}).items()}
+    horizons = [h for h in horizons if str(h) in summary.get("teacher", {})]
     return {"seeds": seeds, "horizons": horizons, "methods": methods, "overrides": args.lm_override,
-            "runs": runs, "summary": summary}
+            "runs": runs, "missing": missing, "summary": summary}
 
 
 def claims(result: dict) -> list[dict]:
