@@ -76,14 +76,15 @@ class OPD(Algorithm):
             facts["teacher"] = teacher
         self.policies = {arm: PolicyGraph(c, facts["model_path"], prefix=f"{arm}_", shared_roles=False,
                                           learner_cls=DistillLearner) for arm, _, _ in self.arms}
-        self.check_teacher(facts["model_path"])
-        self.m_votes = {h: self.votes(h, facts["model_path"]) for h in c.opd.horizons}
+        vocab = self.check_teacher(facts["model_path"])
+        self.m_votes = {h: self.votes(h, vocab) for h in c.opd.horizons}
         facts["votes"] = {str(h): m for h, m in self.m_votes.items()}
         facts["budget"] = {h: c.budget(h) for h in c.opd.horizons}
         return facts
 
-    def check_teacher(self, student_path: str) -> None:
-        """What the teacher actor would refuse, refused in the driver before any actor starts."""
+    def check_teacher(self, student_path: str) -> int:
+        """What the teacher actor would refuse, refused in the driver before any actor starts;
+        returns the student's vocabulary size."""
         from troupe.actors.models import load_tokenizer
         from troupe.algorithms.opd.kernels import answer_ids
         from troupe.algorithms.opd.teacher import check_same_vocabulary
@@ -97,15 +98,13 @@ class OPD(Algorithm):
         answer_ids(student, t.noise.answer_tokens)
         if self.teacher_path != "program":
             check_same_vocabulary(student, load_tokenizer(self.teacher_path), student_path, self.teacher_path)
+        return len(student)
 
-    def votes(self, horizon: int, model_path: str) -> int:
+    def votes(self, horizon: int, vocab: int) -> int:
         """m of sample access: ``teacher.votes``, or §B.2's Hoeffding number at the kernel's margin."""
         t = self.config.teacher
         if t.votes:
             return t.votes
-        from troupe.actors.models import load_tokenizer
-
-        vocab = len(load_tokenizer(model_path))
         return votes_needed(mode_margin_of(t.noise, vocab), vocab, horizon + 1, t.delta)
 
     def roles(self) -> list[Role]:
