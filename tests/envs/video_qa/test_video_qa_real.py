@@ -18,6 +18,7 @@ from PIL import Image
 from troupe.envs.video_qa.items import ABSTAIN_OPTION, VideoItem
 from troupe.envs.video_qa.real import (
     LOADERS,
+    YES_NO_OPTIONS,
     load_mvbench,
     load_nextqa,
     load_real,
@@ -219,6 +220,178 @@ def test_tempcompass_bad_answer_errors_or_is_counted(tempcompass, tmp_path):
     path.write_text(json.dumps(bad))
     with pytest.raises(DataError, match=r"tempcompass/1034419625/order/0.*'answer' 'E. fly'"):
         load_tempcompass(path, root / "videos")
+
+
+def cm_question(stem: str, label: str, options: list[str], answer: int) -> dict:
+    """A caption-matching row as TempCompass writes it: labelled lines, the answer repeats one whole line."""
+    marks = [str(i + 1) if label == "Option" else chr(65 + i) for i in range(len(options))]
+    lines = [f"{label} {m}: {o}" for m, o in zip(marks, options, strict=True)]
+    return {"question": "\n".join([stem, *lines]), "answer": lines[answer]}
+
+
+@pytest.fixture(scope="module")
+def tempcompass_tasks(tmp_path_factory):
+    """``yes_no.json`` and ``caption_matching.json`` over three videos (one a reversed copy)."""
+    root = tmp_path_factory.mktemp("tempcompass_tasks")
+    for vid in ("1034419625", "1034419625_reverse", "1094590221"):
+        write_video(root / "videos" / f"{vid}.mp4")
+    yes_no = {
+        "1034419625": {
+            "action": [{"question": "Is the man dunking?", "answer": "yes"},
+                       {"question": "Is the man dribbling a basketball?", "answer": "no"}],
+            "direction": [{"question": "Is the man moving from left to right?", "answer": "yes"}],
+        },
+        "1034419625_reverse": {"direction": [{"question": "Is the man moving from left to right?", "answer": "no"}]},
+        "1094590221": {
+            "action": [{"question": "Is the man shooting basketball?", "answer": "yes"}],
+            "speed": [{"question": "Is the video playing in slow motion?", "answer": "no"}],
+        },
+    }
+    which = "Which caption matches the video better?"
+    directions = ["The man is moving from right to left.", "The man is moving from left to right."]
+    matching = {
+        "1034419625": {
+            "action": [cm_question("Which description is a more suitable match for the video?", "Option",
+                                   ["The man is dribbling a basketball.", "A man is dunking a basketball."], 1),
+                       cm_question("Which sentence better captures the essence of the video?", "Sentence",
+                                   ["A man is dunking a basketball.", "A person passing a basketball."], 0)],
+            "direction": [cm_question(which, "Caption", directions, 1)],
+        },
+        "1034419625_reverse": {"direction": [cm_question(which, "Caption", directions, 0)]},
+        "1094590221": {"order": [cm_question(which, "Caption", ["The man dribbles, then shoots.",
+                                                                "The man shoots, then dribbles."], 0)]},
+    }
+    (root / "questions").mkdir()
+    (root / "questions" / "yes_no.json").write_text(json.dumps(yes_no))
+    (root / "questions" / "caption_matching.json").write_text(json.dumps(matching))
+    return root, yes_no, matching
+
+
+def test_tempcompass_multi_choice_items_name_their_task(tempcompass):
+    root, _ = tempcompass
+    res = load_tempcompass(root / "questions" / "multi-choice.json", root / "videos", task="multi-choice")
+    assert len(res) == 6 and {it.meta["task"] for it in res.items} == {"multi_choice"}
+
+
+def test_tempcompass_yes_no_maps_yes_to_option_0_and_no_to_option_1(tempcompass_tasks):
+    root, _, _ = tempcompass_tasks
+    res = load_tempcompass(root / "questions" / "yes_no.json", root / "videos")
+    assert res.skipped == {} and len(res) == 6
+    assert YES_NO_OPTIONS == ["yes", "no"]
+    by_id = {it.item_id: it for it in res.items}
+    dunk = by_id["tempcompass/yes_no/1034419625/action/0"]
+    assert dunk.question == "Is the man dunking?" and dunk.options == ["yes", "no", ABSTAIN_OPTION]
+    assert dunk.answer == 0 and dunk.gold_letter == "A" and dunk.source == "tempcompass"
+    assert by_id["tempcompass/yes_no/1034419625/action/1"].answer == 1
+    assert dunk.meta | {"timestamps": None} == {"video_id": "1034419625", "dimension": "action", "index": 0,
+                                                "task": "yes_no", "reversed": False, "timestamps": None}
+    rev = by_id["tempcompass/yes_no/1034419625_reverse/direction/0"]
+    assert rev.meta["reversed"] and rev.answer == 1 and rev.qtype == "action_direction"
+    assert [it.answer for it in res.items] == [0, 1, 0, 1, 0, 1]
+    assert {(it.meta["video_id"], it.meta["dimension"]): it.qtype for it in res.items}[("1094590221", "speed")] == "action"
+    assert indices_of(dunk.frames) == [1, 3, 5, 7, 9, 11, 13, 15]
+
+
+def test_tempcompass_caption_matching_reads_every_label_style_and_whole_line_answers(tempcompass_tasks):
+    root, _, matching = tempcompass_tasks
+    res = load_tempcompass(root / "questions" / "caption_matching.json", root / "videos")
+    assert res.skipped == {} and len(res) == 5
+    by_id = {it.item_id: it for it in res.items}
+    opt = by_id["tempcompass/caption_matching/1034419625/action/0"]
+    assert opt.question == "Which description is a more suitable match for the video?"
+    assert opt.options == ["The man is dribbling a basketball.", "A man is dunking a basketball.", ABSTAIN_OPTION]
+    assert opt.answer == 1 and opt.meta["labels"] == ["Option 1", "Option 2"] and opt.meta["task"] == "caption_matching"
+    sent = by_id["tempcompass/caption_matching/1034419625/action/1"]
+    assert sent.answer == 0 and sent.meta["labels"] == ["Sentence A", "Sentence B"]
+    fwd = by_id["tempcompass/caption_matching/1034419625/direction/0"]
+    rev = by_id["tempcompass/caption_matching/1034419625_reverse/direction/0"]
+    assert fwd.options == rev.options and (fwd.answer, rev.answer) == (1, 0)  # the reversed copy flips the gold
+    assert fwd.meta["labels"] == ["Caption A", "Caption B"] and rev.meta["reversed"]
+    assert by_id["tempcompass/caption_matching/1094590221/order/0"].qtype == "temporal_order"
+    for it in res.items:  # the gold option is the line the answer repeats
+        q = matching[it.meta["video_id"]][it.meta["dimension"]][it.meta["index"]]
+        assert q["answer"] == f"{it.meta['labels'][it.answer]}: {it.options[it.answer]}"
+    assert len(load_real("tempcompass", annotation_path=root / "questions" / "caption_matching.json",
+                         video_root=root / "videos", task="caption_matching", limit=2)) == 2
+
+
+def test_tempcompass_caption_matching_accepts_the_label_alone_or_the_text_alone(tempcompass_tasks, tmp_path):
+    root, _, matching = tempcompass_tasks
+    rows = json.loads(json.dumps(matching))
+    rows["1034419625"]["action"][0]["answer"] = "Option 2"
+    rows["1034419625"]["action"][1]["answer"] = "A man is dunking a basketball."
+    path = tmp_path / "cm.json"
+    path.write_text(json.dumps(rows))
+    res = load_tempcompass(path, root / "videos")  # the task comes from the layout, not the file name
+    assert [it.answer for it in res.items[:2]] == [1, 0] and res.items[0].meta["task"] == "caption_matching"
+
+
+def test_tempcompass_answers_matching_no_option_name_the_row(tempcompass_tasks, tmp_path):
+    root, yes_no, matching = tempcompass_tasks
+    bad_yn = json.loads(json.dumps(yes_no))
+    bad_yn["1034419625"]["direction"][0]["answer"] = "maybe"
+    (tmp_path / "yes_no.json").write_text(json.dumps(bad_yn))
+    with pytest.raises(DataError, match=r"tempcompass/yes_no/1034419625/direction/0.*'answer' 'maybe'.*\['yes', 'no'\]"):
+        load_tempcompass(tmp_path / "yes_no.json", root / "videos")
+    res = load_tempcompass(tmp_path / "yes_no.json", root / "videos", on_missing="skip")
+    assert res.skipped == {"bad_answer": 1} and len(res) == 5
+
+    bad_cm = json.loads(json.dumps(matching))
+    bad_cm["1034419625"]["direction"][0]["answer"] = "Caption C: The man is moving upwards."  # no line C
+    bad_cm["1034419625_reverse"]["direction"][0]["answer"] = "Caption A: The man is moving upwards."  # wrong text
+    mixed = "Which caption matches the video better?\nCaption A: one\nSentence B: two"  # two label styles
+    bad_cm["1094590221"]["order"][0] = {"question": mixed, "answer": "Caption A: one"}
+    (tmp_path / "caption_matching.json").write_text(json.dumps(bad_cm))
+    with pytest.raises(DataError, match=r"caption_matching/1034419625/direction/0.*'Caption C: .*"
+                                        r"not one of its options \['Caption A: The man is moving from right"):
+        load_tempcompass(tmp_path / "caption_matching.json", root / "videos")
+    res = load_tempcompass(tmp_path / "caption_matching.json", root / "videos", on_missing="skip")
+    assert res.skipped == {"bad_answer": 2, "bad_options": 1} and len(res) == 2
+
+
+def test_tempcompass_task_must_agree_with_the_file_layout(tempcompass, tempcompass_tasks):
+    root, _, _ = tempcompass_tasks
+    with pytest.raises(DataError, match=r"yes_no.json' holds yes_no questions \(e.g. 1034419625/action/0: "
+                                        r"'Is the man dunking\?' answered 'yes'\), not multi_choice; "
+                                        r"pass task='yes_no'"):
+        load_tempcompass(root / "questions" / "yes_no.json", root / "videos", task="multi_choice")
+    mc_root, _ = tempcompass
+    with pytest.raises(DataError, match="holds multi_choice questions.*pass task='multi_choice'.*caption_matching.json"):
+        load_tempcompass(mc_root / "questions" / "multi-choice.json", mc_root / "videos", task="Caption Matching")
+
+
+def test_tempcompass_unknown_task_and_captioning_are_refused(tempcompass_tasks, tmp_path):
+    root, _, _ = tempcompass_tasks
+    ann = root / "questions" / "yes_no.json"
+    with pytest.raises(DataError, match=r"unknown TempCompass task 'open_ended'; known: multi_choice, yes_no, "
+                                        r"caption_matching \(the files questions/multi-choice.json"):
+        load_tempcompass(ann, root / "videos", task="open_ended")
+    with pytest.raises(DataError, match="'captioning' asks for a free-text caption.*no options"):
+        load_tempcompass(ann, root / "videos", task="captioning")
+    info = ("Identify the information consistent with the video and generate a caption.\n"
+            "Information A: {'subject': 'man', 'action': 'dribbling'}\n"
+            "Information B: {'subject': 'man', 'action': 'dunking'}\nGenerated Caption:")
+    (tmp_path / "captioning.json").write_text(json.dumps({"1034419625": {"action": [
+        {"question": info, "answer": "B. dunking"}]}}))
+    with pytest.raises(DataError, match=r"captioning.json' holds captioning questions \(e.g. 1034419625/action/0\)"):
+        load_tempcompass(tmp_path / "captioning.json", root / "videos")
+
+
+def test_tempcompass_file_in_no_known_layout_is_an_error(tempcompass_tasks, tmp_path):
+    root, _, _ = tempcompass_tasks
+    flat = [{"video_id": "1034419625", "dim": "action", "question": "Is the man dunking?", "answer": "yes"}]
+    (tmp_path / "rows.json").write_text(json.dumps(flat))
+    with pytest.raises(DataError, match=r"rows.json' holds a list; the known layout is \{video_id: \{dimension: "
+                                        r"\[\{question, answer\}, ...\]\}\}, as in TempCompass's questions/"):
+        load_tempcompass(tmp_path / "rows.json", root / "videos")
+    (tmp_path / "flat.json").write_text(json.dumps({"1034419625": [{"question": "q", "answer": "yes"}]}))
+    with pytest.raises(DataError, match="video '1034419625' must map dimension names to lists of questions"):
+        load_tempcompass(tmp_path / "flat.json", root / "videos")
+    odd = {"1034419625": {"action": [{"prompt": "Is the man dunking?", "label": 1}]}}
+    (tmp_path / "odd.json").write_text(json.dumps(odd))
+    with pytest.raises(DataError, match=r"odd.json' is in none of the known layouts \(multi_choice: .*yes_no: .*"
+                                        r"caption_matching: .*e.g. 1034419625/action/0: \{'prompt'"):
+        load_tempcompass(tmp_path / "odd.json", root / "videos", on_missing="skip")
 
 
 # ---------------------------------------------------------------------------- MVBench

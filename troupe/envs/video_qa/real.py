@@ -18,15 +18,28 @@ frame times in ``meta["timestamps"]``.
 
 Annotation formats (checked against the public repositories named; the rest is assumed)
 --------------------------------------------------------------------------------------
-* **TempCompass** (llyx97/TempCompass ``questions/multi-choice.json``, confirmed)::
+* **TempCompass** (llyx97/TempCompass ``questions/``, confirmed): three choice tasks, one file
+  each, all ``{"<video_id>": {"<dimension>": [{"question": ..., "answer": ...}, ...]}}``:
 
-      {"<video_id>": {"<dimension>": [{"question": "stem\\nA. opt\\nB. opt", "answer": "B. opt"}]}}
+  - ``multi-choice.json``: ``"stem\\nA. opt\\nB. opt"`` answered ``"B. opt"``; options are the
+    lettered lines ending the question, the answer's letter decides and its text, when given,
+    must equal that option.
+  - ``yes_no.json``: a one-line question answered ``"yes"`` or ``"no"``; options
+    ``["yes", "no"]``, so the gold index is 0 for yes and 1 for no.
+  - ``caption_matching.json``: ``"stem\\nCaption A: text\\nCaption B: text"``, labelled
+    ``Option 1:``/``Option 2:``, ``Sentence A:``/``Sentence B:`` or ``Caption A:``/``Caption B:``,
+    answered with the whole chosen line (``"Caption B: text"``); the label decides and the
+    text must equal that line's. The labels are kept in ``meta["labels"]``.
 
-  Dimensions: action, direction, speed, order, attribute_change. Video ids include the
-  reversed copies (``<id>_reverse``). Videos: ``<video_root>/<video_id>.mp4``. Options are
-  parsed from the lettered lines ending the question; the answer's letter decides and its
-  text, when given, must equal that option. Optional ``meta_path`` (``meta_info.json``,
-  confirmed: ``{id: {"eval_dim": {dim: {"subject": ...} | null}}}``) fills ``target``.
+  The task is read from the rows' layout; ``task=`` (``multi_choice``, ``yes_no``,
+  ``caption_matching``) must agree with it. ``captioning.json`` (free-text captions scored by
+  an LLM judge) is recognised and refused. Dimensions: action, direction, speed, order,
+  attribute_change, kept with the video id in ``meta``. Video ids include the reversed copies
+  (``<id>_reverse``). Videos: ``<video_root>/<video_id>.mp4``. Item ids are
+  ``tempcompass/<video_id>/<dimension>/<k>`` for multi-choice and
+  ``tempcompass/<task>/<video_id>/<dimension>/<k>`` for the others. Optional ``meta_path``
+  (``meta_info.json``, confirmed: ``{id: {"eval_dim": {dim: {"subject": ...} | null}}}``)
+  fills ``target``.
 * **MVBench** (OpenGVLab MVBench ``json/<task>.json``, confirmed via its evaluation
   notebook's ``data_list`` copied in many repositories): a list of
   ``{"video", "question", "candidates": [...], "answer": "<candidate text>"}``; the five
@@ -385,47 +398,171 @@ def _norm(s: str) -> str:
 
 # ---------------------------------------------------------------------------- TempCompass
 
+# TempCompass's choice tasks -> their file in the repository's questions/ directory.
+TEMPCOMPASS_TASKS = {"multi_choice": "multi-choice.json", "yes_no": "yes_no.json",
+                     "caption_matching": "caption_matching.json"}
+YES_NO_OPTIONS = ["yes", "no"]  # gold index 0 for "yes", 1 for "no"
+_MATCH_LINE = re.compile(r"^\s*(Option|Sentence|Caption) (\d+|[A-Z])\s*:\s*(.*?)\s*$")
+_INFO_LINE = re.compile(r"^\s*Information [A-Z]:")  # captioning's hints
+_LAYOUTS = ("multi_choice: 'stem\\nA. opt\\nB. opt' answered 'B. opt'; yes_no: one question answered "
+            "'yes' or 'no'; caption_matching: 'stem\\nCaption A: text\\nCaption B: text' (or Option 1:, "
+            "Sentence A:) answered with the whole chosen line")
+
+
+def tempcompass_task_name(name: str) -> str:
+    """``"multi-choice"`` / ``"yes_no.json"`` / ``"Caption Matching"`` -> the key of ``TEMPCOMPASS_TASKS``."""
+    key = re.sub(r"[\s\-]+", "_", Path(str(name)).stem.strip().lower())
+    if key == "captioning":
+        raise DataError("TempCompass task 'captioning' asks for a free-text caption, scored by an LLM judge; "
+                        "it has no options to load. Load multi-choice.json, yes_no.json or caption_matching.json")
+    if key not in TEMPCOMPASS_TASKS:
+        raise DataError(f"unknown TempCompass task {str(name)!r}; known: {', '.join(TEMPCOMPASS_TASKS)} "
+                        f"(the files questions/{', questions/'.join(TEMPCOMPASS_TASKS.values())})")
+    return key
+
+
+def parse_matching_question(text: str) -> tuple[str, list[str], list[str]]:
+    """``"stem\\nCaption A: x\\nCaption B: y"`` -> ``("stem", ["x", "y"], ["Caption A", "Caption B"])``.
+
+    The labelled lines end the text and share one label (``Option``, ``Sentence`` or ``Caption``)
+    numbered 1, 2, ... or lettered A, B, ...
+    """
+    lines = text.strip().split("\n")
+    first = len(lines)
+    while first > 0 and _MATCH_LINE.match(lines[first - 1]):
+        first -= 1
+    found = [_MATCH_LINE.match(line) for line in lines[first:]]
+    marks = [m.group(2) for m in found]
+    in_order = marks in ([str(i + 1) for i in range(len(marks))], [chr(ord("A") + i) for i in range(len(marks))])
+    if len(found) < 2 or len({m.group(1) for m in found}) > 1 or not in_order:
+        raise ItemError("bad_options", f"field 'question' does not end in labelled lines 'Option 1:', 'Option 2:', "
+                                       f"... (or 'Sentence A:' / 'Caption A:', ...): {text!r}")
+    return ("\n".join(lines[:first]).strip(), [m.group(3) for m in found],
+            [f"{m.group(1)} {m.group(2)}" for m in found])
+
+
+def _lettered_answer(answer: str, options: list[str]) -> int:
+    """Index of a multi-choice answer ("B. text", "B", "(B) text" or a bare option text), or -1."""
+    m = _OPTION_LINE.match(answer)
+    if m:  # the letter decides; its text, when given, must be that option's
+        idx = ord(m.group(1)) - ord("A")
+        return idx if idx < len(options) and (not m.group(2) or _norm(m.group(2)) == _norm(options[idx])) else -1
+    return next((i for i, o in enumerate(options) if _norm(o) == _norm(answer)), -1)
+
+
+def _matching_answer(answer: str, options: list[str], labels: list[str]) -> int:
+    """Index of a caption-matching answer (the whole line "Caption B: text", its label, or its text), or -1."""
+    m = re.match(r"^\s*(Option|Sentence|Caption) (\d+|[A-Z])\s*(?::\s*(.*?))?\s*$", answer)
+    if m:
+        label = f"{m.group(1)} {m.group(2)}"
+        idx = labels.index(label) if label in labels else -1
+        return idx if idx >= 0 and (not m.group(3) or _norm(m.group(3)) == _norm(options[idx])) else -1
+    return next((i for i, o in enumerate(options) if _norm(o) == _norm(answer)), -1)
+
+
+def _tempcompass_layout(q: Any) -> str | None:
+    """The task whose layout one question row has (``"captioning"`` included), or None."""
+    if not isinstance(q, dict) or not isinstance(q.get("question"), str) or not isinstance(q.get("answer"), str):
+        return None
+    lines = q["question"].strip().split("\n")
+    if any(_INFO_LINE.match(line) for line in lines):
+        return "captioning"
+    if len(lines) > 1 and _OPTION_LINE.match(lines[-1]):
+        return "multi_choice"
+    if len(lines) > 1 and _MATCH_LINE.match(lines[-1]):
+        return "caption_matching"
+    if q["answer"].strip().lower().rstrip(".") in YES_NO_OPTIONS:
+        return "yes_no"
+    return None
+
+
+def _tempcompass_rows(data: Any, path) -> list[tuple[str, str, int, Any]]:
+    """``(video_id, dimension, k, question row)`` of a ``{video_id: {dimension: [row, ...]}}`` file."""
+    where = f"TempCompass annotation {str(path)!r}"
+    layout = ("{video_id: {dimension: [{question, answer}, ...]}}, as in TempCompass's questions/"
+              f"{', questions/'.join(TEMPCOMPASS_TASKS.values())}")
+    if not isinstance(data, dict):
+        raise DataError(f"{where} holds a {type(data).__name__}; the known layout is {layout}")
+    rows = []
+    for vid, dims in data.items():
+        if not isinstance(dims, dict) or not all(isinstance(qs, list) for qs in dims.values()):
+            raise DataError(f"{where}: video {vid!r} must map dimension names to lists of questions; "
+                            f"the known layout is {layout}")
+        rows += [(vid, dim, k, q) for dim, qs in dims.items() for k, q in enumerate(qs)]
+    return rows
+
+
+def _tempcompass_file_task(rows: list, task: str | None, path) -> str:
+    """The task of a file: its rows' layout (the first row that has one), checked against ``task``."""
+    where = f"TempCompass annotation {str(path)!r}"
+    found = next(((layout, row) for row in rows if (layout := _tempcompass_layout(row[3])) is not None), None)
+    if found is None:
+        if rows:
+            vid, dim, k, q = rows[0]
+            raise DataError(f"{where} is in none of the known layouts ({_LAYOUTS}); no question row reads as one, "
+                            f"e.g. {vid}/{dim}/{k}: {q!r}. Use a file of TempCompass's questions/ directory")
+        return task or "multi_choice"  # an empty file loads no items whatever its task
+    layout, (vid, dim, k, q) = found
+    if layout == "captioning":
+        raise DataError(f"{where} holds captioning questions (e.g. {vid}/{dim}/{k}), which ask for a free-text "
+                        f"caption scored by an LLM judge and have no options to load; use "
+                        f"{', '.join(TEMPCOMPASS_TASKS.values())} instead")
+    if task is not None and task != layout:
+        raise DataError(f"{where} holds {layout} questions (e.g. {vid}/{dim}/{k}: {q['question']!r} answered "
+                        f"{q['answer']!r}), not {task}; pass task={layout!r}, or the {TEMPCOMPASS_TASKS[task]} file")
+    return layout
+
 
 def load_tempcompass(annotation_path, video_root, num_frames: int = 8, size=None, limit: int | None = None,
-                     on_missing: str = "error", *, meta_path=None) -> LoadResult:
-    """TempCompass multi-choice questions (``questions/multi-choice.json``); see the module doc."""
-    data = _read_json(annotation_path, dict, "TempCompass annotation")
+                     on_missing: str = "error", *, meta_path=None, task: str | None = None) -> LoadResult:
+    """TempCompass multi-choice, yes/no or caption-matching questions (``questions/<task>.json``).
+
+    The task is read from the file's layout; ``task`` (a name of ``TEMPCOMPASS_TASKS``), when
+    given, must agree with it. See the module doc.
+    """
+    task = tempcompass_task_name(task) if task is not None else None
+    rows = _tempcompass_rows(_read_json(annotation_path, object, "TempCompass annotation"), annotation_path)
+    task = _tempcompass_file_task(rows, task, annotation_path)
     meta_info = _read_json(meta_path, dict, "TempCompass meta_info") if meta_path is not None else {}
     clips, root = _ClipCache(num_frames, size), Path(video_root)
 
-    def rows():
-        for vid, dims in data.items():
-            if not isinstance(dims, dict) or not all(isinstance(qs, list) for qs in dims.values()):
-                raise DataError(f"TempCompass annotation {str(annotation_path)!r}: video {vid!r} must map "
-                                f"dimension names to lists of questions")
-            for dim, questions in dims.items():
-                for k, q in enumerate(questions):
-                    yield f"tempcompass/{vid}/{dim}/{k}", (vid, dim, k, q)
+    def parse(q) -> tuple[str, list[str], int, dict]:
+        question, answer = str(_field(q, "question")), str(_field(q, "answer"))
+        extra: dict[str, Any] = {}
+        if task == "multi_choice":
+            stem, options = parse_lettered_question(question)
+            idx = _lettered_answer(answer, options)
+            lines = options
+        elif task == "caption_matching":
+            stem, options, labels = parse_matching_question(question)
+            idx = _matching_answer(answer, options, labels)
+            lines, extra = [f"{lab}: {o}" for lab, o in zip(labels, options, strict=True)], {"labels": labels}
+        else:
+            stem, options = question.strip(), list(YES_NO_OPTIONS)
+            idx = options.index(a) if (a := answer.strip().lower().rstrip(".")) in options else -1
+            lines = options
+        if idx < 0:
+            raise ItemError("bad_answer", f"field 'answer' {answer!r} is not one of its options {lines}")
+        return stem, options, idx, extra
 
     def build(item_id, row):
         vid, dim, k, q = row
         if dim not in TEMPCOMPASS_QTYPES:
             raise ItemError("unknown_type", f"dimension {dim!r} is not one of {sorted(TEMPCOMPASS_QTYPES)}")
-        stem, options = parse_lettered_question(str(_field(q, "question")))
-        answer = str(_field(q, "answer"))
-        m = _OPTION_LINE.match(answer)  # "B. text", "B" or "(B) text"; the letter decides
-        if m:
-            idx = ord(m.group(1)) - ord("A")
-            ok = idx < len(options) and (not m.group(2) or _norm(m.group(2)) == _norm(options[idx]))
-        else:  # a bare option text
-            idx = next((i for i, o in enumerate(options) if _norm(o) == _norm(answer)), -1)
-            ok = idx >= 0
-        if not ok:
-            raise ItemError("bad_answer", f"field 'answer' {answer!r} is not one of its options {options}")
+        stem, options, idx, extra = parse(q)
         clip = clips.get(root / f"{vid}.mp4")
         subject = ((meta_info.get(vid) or {}).get("eval_dim") or {}).get(dim) or {}
         target = subject.get("subject") if subject.get("subject") not in (None, "entire video") else None
         return _make_item(item_id=item_id, qtype=TEMPCOMPASS_QTYPES[dim], question=stem, options=options,
                           answer=idx, frames=clip.frames, target=target, source="tempcompass",
-                          meta={"video_id": vid, "dimension": dim, "index": k, "reversed": vid.endswith("_reverse"),
-                                "timestamps": clip.timestamps.tolist()})
+                          meta={"video_id": vid, "dimension": dim, "index": k, "task": task,
+                                "reversed": vid.endswith("_reverse"), "timestamps": clip.timestamps.tolist(),
+                                **extra})
 
-    return _collect("TempCompass", rows(), build, on_missing, limit)
+    # Multi-choice ids keep their original form; the other tasks name theirs, so mixed loads stay unique.
+    prefix = "tempcompass" if task == "multi_choice" else f"tempcompass/{task}"
+    ids = ((f"{prefix}/{vid}/{dim}/{k}", (vid, dim, k, q)) for vid, dim, k, q in rows)
+    return _collect("TempCompass" if task == "multi_choice" else f"TempCompass {task}", ids, build, on_missing, limit)
 
 
 # ---------------------------------------------------------------------------- MVBench
