@@ -21,7 +21,7 @@ import torch
 from troupe.actors.base import configure_threads
 from troupe.actors.logit_processing import as_sampling
 from troupe.actors.logprobs import completion_forward, score_completions
-from troupe.actors.losses import policy_objective
+from troupe.actors.losses import policy_objective, truncated_is_weights
 from troupe.actors.lr_schedule import LR_SCHEDULES, lr_factor
 from troupe.actors.models import load_causal_lm
 from troupe.actors.sampling import SamplingConfig
@@ -76,6 +76,12 @@ class LearnerConfig:
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     autocast: str = "none"  # none, or bf16: torch.autocast around the forward passes (float32 weights)
     recompute_old_logprobs: bool = False  # recompute π_old with the learner (use with vLLM)
+    # Decoupled PPO with truncated importance weights, for batches sampled by older weights
+    # (run.staleness > 0) or by engines whose log-probs differ from the learner's: the learner
+    # scores the batch with its own weights before the update (π_prox), PPO clips π/π_prox, and
+    # each token's loss is weighted by min(π_prox/π_behaviour, tis_cap), π_behaviour being the
+    # engines' log-probs. None: off (PPO clips π/π_behaviour, or π/π_prox with recompute_old_logprobs).
+    tis_cap: float | None = None
     num_ranks: int = 1
     num_cpus: float = 1.0
     num_gpus: float = 0.0
@@ -99,6 +105,8 @@ class LearnerConfig:
         check(isinstance(self.gradient_checkpointing, bool), "learner.gradient_checkpointing",
               self.gradient_checkpointing, "true or false")
         check(self.autocast in AUTOCAST, "learner.autocast", self.autocast, "one of " + ", ".join(AUTOCAST))
+        check(self.tis_cap is None or self.tis_cap > 0, "learner.tis_cap", self.tis_cap,
+              "a number > 0 (e.g. 2), or null for no importance weights")
 
     def validate(self) -> None:
         """Checks that need the loss itself (run in the driver by `check_registered`)."""
@@ -184,7 +192,9 @@ class Learner:
         batch.require("advantages", "logprobs", who="Learner.update")
         if self.cfg.kl_coef > 0:
             batch.require("ref_logprobs", who="Learner.update with learner.kl_coef > 0")
-        if self.cfg.recompute_old_logprobs:
+        if self.cfg.recompute_old_logprobs or self.cfg.tis_cap is not None:
+            if self.cfg.tis_cap is not None:  # the engines' log-probs stay, as the behaviour policy
+                batch["behaviour_logprobs"] = batch["logprobs"]
             self.model.eval()
             with self._autocast():
                 batch["logprobs"] = score_completions(self.model, batch.to(self.device), self.sampling,
@@ -219,7 +229,7 @@ class Learner:
                     self.cfg.loss, fwd["logprobs"], mb["logprobs"], mb["advantages"], mb["completion_mask"],
                     aggregation=self.cfg.aggregation, kl_coef=self.cfg.kl_coef, ref_logprobs=mb.get("ref_logprobs"),
                     loss_kwargs=self.cfg.loss_kwargs, entropy=fwd["entropy"], entropy_coef=self.cfg.entropy_coef,
-                    **norm,
+                    is_weights=self._is_weights(mb), **norm,
                 )
                 # DDP averages gradients over ranks; the normalisers are already global.
                 (loss * self.world_size).backward()
@@ -229,6 +239,12 @@ class Learner:
                 totals[k] = totals.get(k, 0.0) + v * len(mb) / max(len(shard), 1)
         totals["grad_norm"], totals["lr"] = self._apply_gradients()
         return totals
+
+    def _is_weights(self, mb: Batch) -> torch.Tensor | None:
+        """The truncated importance weights of ``learner.tis_cap``, or None when it is off."""
+        if self.cfg.tis_cap is None:
+            return None
+        return truncated_is_weights(mb["logprobs"], mb["behaviour_logprobs"], self.cfg.tis_cap, mb["completion_mask"])
 
     def _apply_gradients(self) -> tuple[float, float]:
         """Clip the accumulated gradients, set the scheduled learning rate, take the optimizer

@@ -109,6 +109,16 @@ def reinforce(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: to
     return PolicyLossOutput(-ratio * adv, {"ratio/clip_frac": torch.zeros_like(ratio), "ratio/mean": ratio.detach()})
 
 
+def truncated_is_weights(proximal_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, cap: float,
+                         mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token importance weights π_prox/π_behaviour, truncated at ``cap``, without gradient, 0
+    where ``mask`` is 0: from the policy that sampled the batch (the engines' log-probs) to the
+    learner's own before the update (its recomputed log-probs)."""
+    # Decoupled PPO / TIS: w_t = min(π_prox(a_t) / π_behav(a_t), C)
+    w = torch.exp(proximal_logprobs.detach() - behaviour_logprobs.detach()).clamp(max=cap)
+    return w if mask is None else w * mask.to(w.dtype)
+
+
 def check_loss_kwargs(loss_name: str, loss_kwargs: dict[str, Any], key: str = "learner.loss_kwargs") -> None:
     """Every key of ``loss_kwargs`` must be a hyperparameter of the loss: a typo fails in the
     driver, naming the loss and what it takes."""
@@ -138,9 +148,11 @@ def policy_objective(
     loss_kwargs: dict[str, Any] | None = None,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The scalar loss: aggregate(policy loss + β·k3 KL - c·H), with c = ``entropy_coef`` and H
-    the per-token ``entropy`` of the policy, and its diagnostics."""
+    """The scalar loss: aggregate(w · policy loss + β·k3 KL - c·H), with c = ``entropy_coef``, H
+    the per-token ``entropy`` of the policy and w the per-token ``is_weights`` (1 when not
+    given: see `truncated_is_weights`), and its diagnostics."""
     out = POLICY_LOSSES.get(loss_name)(logprobs, old_logprobs, advantages, **(loss_kwargs or {}))
     if not isinstance(out, PolicyLossOutput) or out.per_token.shape != logprobs.shape:
         got = (f"a per-token loss of shape {tuple(out.per_token.shape)}" if isinstance(out, PolicyLossOutput)
@@ -152,8 +164,12 @@ def policy_objective(
     w = aggregation_weights(mask, aggregation, num_seqs, num_tokens, max_len)
     m = mask.to(per_token.dtype)
     denom = m.sum().clamp(min=1.0)
+    token_metrics = dict(out.token_metrics)
+    if is_weights is not None:
+        per_token = per_token * is_weights
+        token_metrics["is/weight_mean"] = is_weights
     metrics: dict[str, float] = {"loss/policy": float((w * per_token).sum().detach())}
-    for k, v in out.token_metrics.items():
+    for k, v in token_metrics.items():
         metrics[k] = float((v.detach() * m).sum() / denom)
     total = per_token
     if kl_coef or ref_logprobs is not None:
