@@ -12,6 +12,7 @@ from troupe.envs.video_qa import (
     parse_answer,
 )
 from troupe.envs.video_qa.pixels import RGB, cell_box
+from troupe.envs.video_qa.synthetic import backwards
 from troupe.platform.errors import ConfigError, DataError
 from troupe.platform.registry import ENVIRONMENTS
 
@@ -55,14 +56,21 @@ def gold_from_frames(item):
     return 0 if q[len("Is there a "):-1] in names else 1
 
 
-def cue_agrees(item):
+def rows_of(item, name):
+    (y,) = {o.y for f in item.frames.frames for o in f if o.name == name}
+    return y
+
+
+def cue_agrees(item, layout="flicker"):
     """The spurious cue, computed from shuffle-invariant features only."""
     if item.qtype == "temporal_order":
         gold = item.options[item.answer]
         other = item.options[1 - item.answer]
+        if layout == "flicker":  # the answer in the top rows, the other in the bottom rows
+            assert {rows_of(item, gold) < 2, rows_of(item, other) < 2} == {True, False}
+            return rows_of(item, gold) < 2
         return len(visible(item, gold)) > len(visible(item, other))
-    (y,) = {o.y for f in item.frames.frames for o in f if o.name == item.target}
-    return (y < 2) == (item.options[item.answer] == "left")
+    return (rows_of(item, item.target) < 2) == (item.options[item.answer] == "left")
 
 
 def test_registered_and_config_errors():
@@ -108,21 +116,44 @@ def test_evidence_lies_only_in_support(items):
         if it.qtype == "temporal_order":
             a, b = sorted(first_seen(it, o) for o in it.options[:2])
             assert (a, b) == (s, e) and it.target is None
+            assert all(len(visible(it, o)) == 1 for o in it.options[:2])  # each seen once
         elif it.qtype == "counting":
             shape = it.question.split()[2][:-1]
             counted = {n for n in it.meta["objects"] if n.endswith(shape)}
             assert it.target in counted
             assert {t for n in counted for t in visible(it, n)} <= inside
-        else:
-            assert set(visible(it, it.target)) == inside, it.item_id
+        else:  # flickering: seen in some frames of its support, at both ends
+            vis = visible(it, it.target)
+            assert set(vis) <= inside and (vis[0], vis[-1]) == (s, e), it.item_id
 
 
-def test_temporal_order_reverse_flips_first_appearance(items):
+@pytest.mark.parametrize("layout", ["flicker", "spans"])
+def test_temporal_order_reverse_flips_first_appearance(layout):
     # A starts and ends before B, so the reversed clip has the other object first.
-    for it in items:
+    task = VideoQATask(layout=layout)
+    for it in task.sample_items(200, "train", np.random.default_rng(0)):
         if it.qtype == "temporal_order":
             gold, other = it.options[it.answer], it.options[1 - it.answer]
             assert visible(it, gold)[-1] < visible(it, other)[-1]
+
+
+def test_spans_layout_keeps_the_former_contiguous_clips():
+    """``layout=spans``: every object over one contiguous span, the frequency cue on order."""
+    task = VideoQATask(layout="spans", order_noise=0.0)
+    its = task.sample_items(400, "train", np.random.default_rng(0))
+    for it in its:
+        for name in it.meta["objects"]:
+            vis = visible(it, name)
+            assert vis == list(range(vis[0], vis[-1] + 1))
+        assert gold_from_frames(it) == it.answer
+    order = [it for it in its if it.qtype == "temporal_order"]
+    assert np.mean([cue_agrees(it, "spans") for it in order]) > 0.75
+
+
+def test_flicker_objects_are_often_not_contiguous(items):
+    runs = [sum(1 for i, t in enumerate(v) if i == 0 or t != v[i - 1] + 1)
+            for it in items for v in (visible(it, n) for n in it.meta["objects"]) if len(v) > 1]
+    assert 0.5 < np.mean([r > 1 for r in runs]) < 0.95
 
 
 def test_deterministic_given_seed(task):
@@ -139,11 +170,12 @@ def test_train_and_test_clips_are_disjoint(task):
     assert train and test and not train & test
 
 
-def test_cue_rate_in_train_matches_cue_strength():
-    task = VideoQATask(qtypes=["temporal_order", "action_direction"], cue_strength=0.85)
+@pytest.mark.parametrize("layout", ["flicker", "spans"])
+def test_cue_rate_in_train_matches_cue_strength(layout):
+    task = VideoQATask(qtypes=["temporal_order", "action_direction"], cue_strength=0.85, layout=layout)
     its = task.sample_items(6000, "train", np.random.default_rng(3))
     for q in ("temporal_order", "action_direction"):
-        agree = [cue_agrees(it) for it in its if it.qtype == q]
+        agree = [cue_agrees(it, layout) for it in its if it.qtype == q]
         assert [it.meta["cue"] for it in its if it.qtype == q] == agree
         assert abs(np.mean(agree) - 0.85) < 0.03, (q, np.mean(agree))
 
@@ -170,9 +202,29 @@ def test_prompts_and_rows(task, items):
     assert any(tok[2:].isdigit() and len(tok) == 4 for tok in task.prompt(mover).splitlines()[1].split())
     pp = task.pixel_prompt(it)
     assert it.question in pp and it.options_text() in pp and "|" not in pp
-    rows = task.sample(5, "train", np.random.default_rng(0))
+    rows = task.sample(40, "train", np.random.default_rng(0))
     assert all(set(r) == {"prompt", "answer", "item"} and r["answer"] == r["item"].gold_letter for r in rows)
-    assert all(r["prompt"] == task.prompt(r["item"]) for r in rows)
+    # Each prompt is one rendering: the clip as it is, or backwards (order_noise).
+    shown = [r["prompt"] == task.prompt(r["item"]) for r in rows]
+    assert all(s or r["prompt"] == task.prompt(backwards(r["item"])) for s, r in zip(shown, rows, strict=True))
+    assert 0 < shown.count(False) < len(rows) / 2
+
+
+def test_every_object_code_tokenises_the_same_wherever_it_stands(task, items):
+    """The first frame's first object is not a word at the start of a line: its token is the
+    one every other occurrence of the code has (so "which appears first" is no one-token lookup)."""
+    from troupe.actors.models import train_tokenizer
+
+    tok = train_tokenizer(task.corpus(2000), 384)
+    for it in items[:60]:
+        ids = tok(task.prompt(it))["input_ids"]
+        frames = task.prompt(it).splitlines()[1]
+        first = next((o for o in it.frames.frames[0]), None)
+        if first is None:
+            continue
+        code = frames.split()[1]  # after the opening "|"
+        (want,) = tok(" " + code[:2], add_special_tokens=False)["input_ids"]
+        assert want in ids and frames.startswith("| " + code)
 
 
 def test_parse_answer_round_trip(items):
@@ -229,13 +281,61 @@ def test_fixed_queries_ask_about_the_same_objects():
     assert sum(it.hard for it in temporal) == len(temporal) // 2
 
 
+def test_type_round_robin_does_not_restart_on_every_call(task):
+    """Calls of 8 items each: every type gets its share over calls (a call no longer starts
+    at the first type), while a test set still has equal counts per type."""
+    rng = np.random.default_rng(0)
+    counts = {q: 0 for q in SYNTH_QTYPES}
+    for _ in range(200):
+        for it in task.sample_items(8, "train", rng):
+            counts[it.qtype] += 1
+    assert all(abs(v / 1600 - 0.2) < 0.03 for v in counts.values()), counts
+    weighted = task.eval_items(180, EVAL_SEED, temporal_weight=3)
+    got = {q: sum(it.qtype == q for it in weighted) for q in SYNTH_QTYPES}
+    assert got == {"temporal_order": 60, "action_direction": 60, "object_attribute": 20, "counting": 20,
+                   "existence": 20}
+    assert sum(it.hard for it in weighted) == 60
+
+
+def test_render_noise_is_redrawn_per_rendering_and_flips_the_shown_order():
+    """``noise_mode=render``: the clip's frames always show its answer; each rendering
+    (`perceive`) is backwards with probability ``order_noise``, which flips both temporal
+    answers and leaves every other answer, the cue and the frame multiset as they were."""
+    task = VideoQATask(qtypes=list(SYNTH_QTYPES), order_noise=0.2)
+    its = task.sample_items(1000, "train", np.random.default_rng(4))
+    assert all(gold_from_frames(it) == it.answer for it in its)
+    rng = np.random.default_rng(0)
+    flips = {q: [] for q in SYNTH_QTYPES}
+    for it in its:
+        for _ in range(4):  # several renderings of one clip differ
+            shown = task.perceive(it, rng)
+            back = shown.meta.get("perceived") == "backwards"
+            assert sorted(map(str, shown.frames.frames)) == sorted(map(str, it.frames.frames))
+            assert back == (shown.frames.frames != it.frames.frames) or it.frames.frames == it.frames.frames[::-1]
+            if it.qtype in ("temporal_order", "action_direction"):
+                assert (gold_from_frames(shown) != it.answer) == back
+                assert cue_agrees(shown) == it.meta["cue"]
+            else:
+                assert gold_from_frames(shown) == it.answer
+            flips[it.qtype].append(back)
+    assert all(abs(np.mean(v) - 0.2) < 0.04 for v in flips.values()), {q: np.mean(v) for q, v in flips.items()}
+    quiet = VideoQATask(order_noise=0.0)
+    assert all(quiet.perceive(it, rng) is it for it in its[:50])
+    clip_mode = VideoQATask(order_noise=0.2, noise_mode="clip")
+    assert all(clip_mode.perceive(it, rng) is it for it in its[:50])
+
+
 def test_order_noise_flips_what_the_frames_show_not_the_cue():
-    """§A.5's noisy order sign: frames contradict the answer at ``order_noise``, in both
-    splits; the cue (shuffle-invariant) still agrees at ``cue_strength`` and half the test
-    temporal items still break it."""
+    """``noise_mode=clip`` (the former noise): frames contradict the answer at ``order_noise``,
+    fixed per clip, in both splits; the cue (shuffle-invariant) still agrees at
+    ``cue_strength`` and half the test temporal items still break it."""
     with pytest.raises(ConfigError, match="task.order_noise"):
         VideoQAConfig(order_noise=0.5)
-    task = VideoQATask(qtypes=["temporal_order", "action_direction"], order_noise=0.2)
+    with pytest.raises(ConfigError, match="task.noise_mode"):
+        VideoQAConfig(noise_mode="frames")
+    with pytest.raises(ConfigError, match="task.layout"):
+        VideoQAConfig(layout="grid")
+    task = VideoQATask(qtypes=["temporal_order", "action_direction"], order_noise=0.2, noise_mode="clip")
     train = task.sample_items(6000, "train", np.random.default_rng(4))
     test = task.eval_items(2000, EVAL_SEED)
     for its in (train, test):
@@ -249,7 +349,7 @@ def test_order_noise_flips_what_the_frames_show_not_the_cue():
         tq = [it for it in test if it.qtype == q]
         assert sum(it.hard for it in tq) == len(tq) // 2
         assert all(it.hard == (not cue_agrees(it)) for it in tq)
-    # Without noise no extra draw is made: the clips are those of a task without the flag.
+    # Without clip noise no extra draw is made: the clips are those of a task without noise.
     plain = VideoQATask().sample_items(50, "train", np.random.default_rng(5))
-    zero = VideoQATask(order_noise=0.0).sample_items(50, "train", np.random.default_rng(5))
+    zero = VideoQATask(order_noise=0.0, noise_mode="clip").sample_items(50, "train", np.random.default_rng(5))
     assert [it.item_id for it in plain] == [it.item_id for it in zero]

@@ -1,8 +1,9 @@
 """Synthetic video QA as a multiple-choice LLM task (``task.name=video_qa``).
 
 Each row is one synthetic clip on its original view, prompted as BPO prompts the tiny LM
-(`VideoQATask.prompt`: question, lettered options, symbolic frames); the answer is the gold
-option letter, checked by `option_letter`.
+(`VideoQATask.prompt`: question, lettered options, symbolic frames) and rendered once as a
+policy perceives it (`VideoQATask.perceive`: backwards with probability ``order_noise``); the
+answer is the gold option letter, checked by `option_letter`.
 """
 
 from __future__ import annotations
@@ -28,17 +29,20 @@ class VideoQAChoiceTask(Task):
         eval_seed: int = 12345  # draws the held-out items
 
     def train_rows(self, n: int, rng: np.random.Generator) -> list[dict]:
-        return [self.row(it) for it in self.env.sample_items(n, "train", rng)]
+        return [self.row(it, rng) for it in self.env.sample_items(n, "train", rng)]
 
     def eval_rows(self, n: int) -> list[dict]:
-        return [self.row(it) for it in self.env.eval_items(n, self.config.eval_seed)]
+        rng = np.random.default_rng(self.config.eval_seed)  # the same renderings every call
+        return [self.row(it, rng) for it in self.env.eval_items(n, self.config.eval_seed)]
 
     def checker(self) -> str:
         return "option_letter"
 
-    def row(self, item: VideoItem) -> dict:
-        """The prompt, the gold letter, and what the checker and the metrics need."""
-        return {"prompt": self.env.prompt(item), "answer": item.gold_letter, "num_options": len(item.options),
+    def row(self, item: VideoItem, rng: np.random.Generator | None = None) -> dict:
+        """The prompt (one rendering, drawn with ``rng``; the clip as it is without one), the
+        gold letter, and what the checker and the metrics need."""
+        shown = item if rng is None else self.env.perceive(item, rng)
+        return {"prompt": self.env.prompt(shown), "answer": item.gold_letter, "num_options": len(item.options),
                 "qtype": item.qtype, "hard": item.hard, "item_id": item.item_id}
 
     @functools.cached_property

@@ -1,26 +1,49 @@
 """Synthetic counterfactual video-QA: small clips of coloured shapes on a grid, five question
 types, and a spurious cue planted in the temporal types (ALGORITHMS.md §A).
 
-Each clip is one scene: 2-3 objects (distinct ``"<colour> <shape>"`` names), each visible
-over one contiguous span of frames, static except the mover of ``action_direction``. The
-scene *is* the ``SymbolicFrames`` (names + grid positions per frame); the pixel rendering is
-derived from it (``render_pixels``), so both renderings always show the same objects.
+Each clip is one scene: 2-3 objects (distinct ``"<colour> <shape>"`` names), static except the
+mover of ``action_direction``. The scene *is* the ``SymbolicFrames`` (names + grid positions
+per frame); the pixel rendering is derived from it (``render_pixels``), so both renderings
+always show the same objects.
 
 Items come out symbolic (``meta["rendering"] == "symbolic"``); call ``task.render_pixels(item)``
 for the pixel rendering of the same clip, on the original or on any view.
 
-Evidence lies only inside ``support``: outside it the queried object is absent (or, for
-``temporal_order``, both objects' first appearances are inside it), so ``mask`` removes the
-evidence. The spurious cue is invariant under frame shuffling:
+Layouts (``layout``):
 
-* ``temporal_order``: the first-appearing object is also the one seen in MORE frames;
+* ``"flicker"`` (the default): every object is visible in a uniformly random set of frames,
+  drawn independently of frame order, and each answer (which object appears first, which way
+  the mover goes) is read off the arrangement afterwards; the two objects of an order
+  question appear once each. The distribution of an original clip is therefore invariant under
+  any permutation of its frames: a shuffled or reversed copy has the same object counts,
+  contiguity and token frequencies in distribution as an original (``view_distinguishability``
+  measures it), so only reading the order tells a view from the original.
+* ``"spans"``: the former layout, each object over one contiguous span of frames. Shuffling
+  breaks contiguity in almost every clip while reverse and mask keep it, so "non-contiguous →
+  change the answer" satisfies a SENS reward without reading order.
+
+Evidence lies only inside ``support``: outside it the queried object is absent (or, for
+``temporal_order``, both objects' first appearances are at its ends), so ``mask`` removes the
+evidence. The spurious cue is invariant under frame shuffling and reversal:
+
+* ``temporal_order``: under ``flicker`` the first-appearing object sits in the top rows and the
+  other in the bottom rows (positions are shown in its prompt); under ``spans`` the
+  first-appearing object is also the one seen in MORE frames (§A.5's frequency cue);
 * ``action_direction``: the mover's row predicts its direction (top rows <-> left,
   bottom rows <-> right; the middle row is never used by a mover).
 
-``order_noise`` is §A.5's noisy perception of order: with that probability a temporal item's
-frames show the order (or the direction of motion) opposite to its answer, in both splits, so
-reading the frames is right at most ``1 - order_noise`` of the time while the cue is right
-``cue_strength`` of the time in training. At 0 (the default) the frames always agree.
+``order_noise`` (0.2 by default) is §A.5's noisy perception of order. With ``noise_mode="render"``
+(the default) it is perception noise redrawn per rendering, as in the linear benchmark: each
+time a clip (original or view) is rendered for a policy, ``perceive`` presents its frames
+backwards with that probability. Both temporal answers flip under reversal, so the order
+evidence a rendering shows is right with probability ``1 - order_noise``, independently for the
+original and each view, while the cue (shuffle- and reverse-invariant) is right
+``cue_strength`` of the time in training: at 0.2 against 0.85 the two compete, and the
+likelihood-optimal policy follows the cue where they disagree. A reversed view is rendered
+backwards, so it shows the order opposite to the answer with probability ``1 - order_noise``
+whatever the original's rendering showed. With ``noise_mode="clip"`` (the former behaviour) it
+is label noise fixed per clip: the clip's frames show the order opposite to its answer, so a
+reversed copy of a flipped clip shows the gold's order.
 
 Train items follow the cue with probability ``cue_strength``; in the test split temporal
 items alternate cue-following / cue-breaking (``hard=True``) per type, so exactly half of each
@@ -29,7 +52,8 @@ A clip's split is a hash of its frames, so train and test clips are disjoint.
 
 ``meta`` holds: ``rendering`` ("symbolic"/"pixels"), ``view`` ("orig"), ``cue`` (True when the
 cue agrees with the answer, None for non-temporal types), ``clip`` (the clip hash) and
-``objects`` (the names in the clip).
+``objects`` (the names in the clip); a rendering ``perceive`` presented backwards has
+``meta["perceived"] == "backwards"``.
 """
 
 from __future__ import annotations
@@ -67,9 +91,11 @@ class VideoQAConfig:
     # existence query; the attribute and counting shapes), as in §A.5's benchmark (X=0, Y=1).
     # A small policy then only has to perceive, not also bind a question to the frames.
     fixed_queries: bool = False
-    # §A.5's perceptual bottleneck: the probability that a temporal item's frames contradict
-    # its answer (order of first appearance, direction of motion). See the module docstring.
-    order_noise: float = 0.0
+    # §A.5's perceptual bottleneck: the probability that a rendering shows the order of first
+    # appearance / the direction of motion opposite to the answer. See the module docstring.
+    order_noise: float = 0.2
+    noise_mode: str = "render"  # "render": redrawn per rendering (perceive); "clip": fixed per clip
+    layout: str = "flicker"  # "flicker": objects in random frame sets; "spans": one contiguous span each
 
     def __post_init__(self) -> None:
         def bad(key: str, why: str) -> ConfigError:
@@ -90,6 +116,10 @@ class VideoQAConfig:
             raise bad("cue_strength", "expected a probability in [0, 1]")
         if not 0.0 <= self.order_noise < 0.5:
             raise bad("order_noise", "expected a probability in [0, 0.5): at 0.5 the frames carry no order")
+        if self.noise_mode not in ("render", "clip"):
+            raise bad("noise_mode", "expected 'render' (perception noise per rendering) or 'clip' (fixed per clip)")
+        if self.layout not in ("flicker", "spans"):
+            raise bad("layout", "expected 'flicker' (random frame sets) or 'spans' (contiguous spans)")
         if not self.qtypes or any(q not in SYNTH_QTYPES for q in self.qtypes):
             raise bad("qtypes", f"expected a non-empty list from {', '.join(SYNTH_QTYPES)}")
         if not 0.0 < self.test_fraction < 1.0:
@@ -101,8 +131,8 @@ class VideoQAConfig:
 @dataclasses.dataclass
 class _Obj:
     name: str
-    start: int
-    path: list[tuple[int, int]]  # grid (x, y) per visible frame, from ``start``
+    frames: list[int]  # the frames it is visible in, ascending
+    path: list[tuple[int, int]]  # grid (x, y) in each of those frames
 
 
 def render_symbolic(frames: SymbolicFrames) -> str:
@@ -137,6 +167,21 @@ def compact_frames(frames: SymbolicFrames, positions: bool = False) -> str:
         return "?" if o.occluded else object_code(o.name) + (f"{o.x}{o.y}" if positions else "")
 
     return " | ".join(" ".join(obj(o) for o in f) or "-" for f in frames.frames)
+
+
+def backwards(item: VideoItem) -> VideoItem:
+    """``item`` with its frames in reverse order (either rendering): boxes reversed, support
+    (and a shuffle's ``support_frames``) mirrored, ``meta["perceived"] = "backwards"``; the
+    view name and everything else kept."""
+    n = item.num_frames
+    f = item.frames
+    frames = SymbolicFrames(f.frames[::-1]) if isinstance(f, SymbolicFrames) else f[::-1].copy()
+    boxes = None if item.boxes is None else item.boxes[::-1].copy()
+    support = None if item.support is None else (n - 1 - item.support[1], n - 1 - item.support[0])
+    meta = {**item.meta, "perceived": "backwards"}
+    if "support_frames" in meta:
+        meta["support_frames"] = sorted(n - 1 - t for t in meta["support_frames"])
+    return item.replace(frames=frames, boxes=boxes, support=support, meta=meta)
 
 
 def _hash(text: str) -> str:
@@ -178,25 +223,31 @@ class VideoQATask:
                 if (shape is None or sh == shape) and sh != not_shape and f"{col} {sh}" not in exclude]
         return [pool[i] for i in rng.choice(len(pool), size=k, replace=False)]
 
-    def _span(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, int]:
+    def _span(self, rng: np.random.Generator, lo: int, hi: int) -> list[int]:
+        """The frames an object is visible in, ``lo`` to ``hi`` of them: one contiguous span
+        (``layout="spans"``) or a uniformly random set (``"flicker"``)."""
+        f = self.config.num_frames
         n = int(rng.integers(lo, hi + 1))
-        return int(rng.integers(0, self.config.num_frames - n + 1)), n
+        if self.config.layout == "spans":
+            start = int(rng.integers(0, f - n + 1))
+            return list(range(start, start + n))
+        return sorted(int(t) for t in rng.choice(f, size=n, replace=False))
 
     def _cells(self, rng: np.random.Generator, k: int, avoid_row: int | None = None) -> list[tuple[int, int]]:
         g = self.config.grid
         cells = [(x, y) for y in range(g) for x in range(g) if y != avoid_row]
         return [cells[i] for i in rng.choice(len(cells), size=k, replace=False)]
 
-    def _statics(self, rng: np.random.Generator, names: list[str], spans: list[tuple[int, int]],
+    def _statics(self, rng: np.random.Generator, names: list[str], spans: list[list[int]],
                  avoid_row: int | None = None) -> list[_Obj]:
         cells = self._cells(rng, len(names), avoid_row)
-        return [_Obj(nm, s, [cell] * n) for nm, (s, n), cell in zip(names, spans, cells, strict=True)]
+        return [_Obj(nm, fr, [cell] * len(fr)) for nm, fr, cell in zip(names, spans, cells, strict=True)]
 
     def _num_objects(self, rng: np.random.Generator, at_least: int = 1) -> int:
         c = self.config
         return max(at_least, int(rng.integers(c.min_objects, c.max_objects + 1)))
 
-    def _distractor_spans(self, rng: np.random.Generator, k: int) -> list[tuple[int, int]]:
+    def _distractor_spans(self, rng: np.random.Generator, k: int) -> list[list[int]]:
         return [self._span(rng, 2, self.config.num_frames // 2) for _ in range(k)]  # short: token budget
 
     # ---- question generators: (objects, question, options, answer, support, target, cue) --
@@ -211,12 +262,19 @@ class VideoQATask:
             fixed + self._names(rng, k - len(fixed), exclude=tuple(fixed)))
 
     def _flip(self, rng: np.random.Generator) -> bool:
-        """Whether this temporal item's frames contradict its answer (``order_noise``).
-        No draw at 0, so clips without noise are the same as before the flag existed."""
+        """Whether this temporal item's frames contradict its answer (``order_noise`` under
+        ``noise_mode="clip"``; under "render" the noise is drawn per rendering, by `perceive`).
+        No draw without clip noise."""
         p = self.config.order_noise
-        return bool(p > 0 and rng.random() < p)
+        return bool(self.config.noise_mode == "clip" and p > 0 and rng.random() < p)
+
+    def _rows(self, top: bool) -> range:
+        g, half = self.config.grid, self.config.grid // 2
+        return range(half) if top else range(g - half, g)
 
     def _temporal_order(self, rng, follow):
+        if self.config.layout == "flicker":
+            return self._temporal_order_flicker(rng, follow)
         flip = self._flip(rng)
         # The cue points at the answer: the first-appearing object when the frames are right,
         # the second when they are flipped.
@@ -227,13 +285,42 @@ class VideoQATask:
         if rng.random() < 0.5:
             pair.reverse()
         first, second, *others = self._queried(rng, n, pair)
-        objs = self._statics(rng, [first, second, *others], [(a, na), (b, nb), *self._distractor_spans(rng, n - 2)])
+        spans = [list(range(a, a + na)), list(range(b, b + nb)), *self._distractor_spans(rng, n - 2)]
+        objs = self._statics(rng, [first, second, *others], spans)
         if self.config.fixed_queries:
             options = sorted([first, second])
         else:
             options = [first, second] if rng.random() < 0.5 else [second, first]
         answer = options.index(second if flip else first)
         return objs, "Which object appears first?", options, answer, (a, b), None, follow
+
+    def _temporal_order_flicker(self, rng, follow):
+        """Two objects seen once each, in two distinct uniformly drawn frames; the answer is the
+        earlier. The cue is their rows: the answer in the top rows, the other in the bottom rows
+        (swapped when the cue breaks), so it is invariant under any rearrangement of frames."""
+        c = self.config
+        flip = self._flip(rng)
+        t1, t2 = sorted(int(t) for t in rng.choice(c.num_frames, size=2, replace=False))
+        n = self._num_objects(rng)
+        pair = [self._fixed(0), self._fixed(1)]
+        if rng.random() < 0.5:
+            pair.reverse()
+        first, second, *others = self._queried(rng, n, pair)
+        said = second if flip else first  # the answer
+        other = first if said == second else second
+        rows = {said: self._rows(follow), other: self._rows(not follow)}
+        cells = {nm: (int(rng.integers(c.grid)), int(rng.choice(list(rows[nm])))) for nm in (said, other)}
+        objs = [_Obj(first, [t1], [cells[first]]), _Obj(second, [t2], [cells[second]])]
+        taken = set(cells.values())
+        free = [(x, y) for y in range(c.grid) for x in range(c.grid) if (x, y) not in taken]
+        for nm, fr in zip(others, self._distractor_spans(rng, n - 2), strict=True):
+            x, y = free.pop(int(rng.integers(len(free))))
+            objs.append(_Obj(nm, fr, [(x, y)] * len(fr)))
+        if c.fixed_queries:
+            options = sorted([first, second])
+        else:
+            options = [first, second] if rng.random() < 0.5 else [second, first]
+        return objs, "Which object appears first?", options, options.index(said), (t1, t2), None, follow
 
     def _action_direction(self, rng, follow):
         c = self.config
@@ -244,7 +331,8 @@ class VideoQATask:
         top, bottom = range(half), range(g - half, g)  # the cue: top <-> left, bottom <-> right
         rows = (top if says_left else bottom) if follow else (bottom if says_left else top)
         y = int(rng.choice(list(rows)))
-        s, n = self._span(rng, 3, min(g, c.num_frames))
+        seen = self._span(rng, 3, min(g, c.num_frames))  # one cell per frame it is seen in
+        n = len(seen)
         if left:
             x0 = int(rng.integers(n - 1, g))
             path = [(x0 - i, y) for i in range(n)]
@@ -253,8 +341,9 @@ class VideoQATask:
             path = [(x0 + i, y) for i in range(n)]
         k = self._num_objects(rng)
         mover, *others = self._queried(rng, k, [self._fixed(2)])
-        objs = [_Obj(mover, s, path), *self._statics(rng, others, self._distractor_spans(rng, k - 1), avoid_row=y)]
-        return objs, f"Which way does the {mover} move?", ["left", "right"], int(not says_left), (s, s + n - 1), mover, follow
+        objs = [_Obj(mover, seen, path), *self._statics(rng, others, self._distractor_spans(rng, k - 1), avoid_row=y)]
+        return (objs, f"Which way does the {mover} move?", ["left", "right"], int(not says_left), (seen[0], seen[-1]),
+                mover, follow)
 
     def _object_attribute(self, rng, follow):
         c = self.config
@@ -262,10 +351,11 @@ class VideoQATask:
         (target,) = self._names(rng, 1, shape=shape)
         k = self._num_objects(rng)
         others = self._names(rng, k - 1, not_shape=shape)  # "the <shape>" is unique in the clip
-        s, n = self._span(rng, 2, c.num_frames // 2 + 1)
-        objs = self._statics(rng, [target, *others], [(s, n), *self._distractor_spans(rng, k - 1)])
+        seen = self._span(rng, 2, c.num_frames // 2 + 1)
+        objs = self._statics(rng, [target, *others], [seen, *self._distractor_spans(rng, k - 1)])
         colours = list(c.colours)
-        return objs, f"What colour is the {shape}?", colours, colours.index(target.split()[0]), (s, s + n - 1), target, None
+        return (objs, f"What colour is the {shape}?", colours, colours.index(target.split()[0]), (seen[0], seen[-1]),
+                target, None)
 
     def _counting(self, rng, follow):
         c = self.config
@@ -277,7 +367,7 @@ class VideoQATask:
         others = self._names(rng, k - count, not_shape=shape)
         spans = [self._span(rng, 2, c.num_frames // 2) for _ in counted]
         objs = self._statics(rng, counted + others, spans + self._distractor_spans(rng, k - count))
-        support = (min(s for s, _ in spans), max(s + n - 1 for s, n in spans))
+        support = (min(fr[0] for fr in spans), max(fr[-1] for fr in spans))
         # Target: one of the counted objects; hiding it leaves the count undetermined.
         target = counted[int(rng.integers(count))]
         return objs, f"How many {shape}s appear?", ["1", "2", "3"], count - 1, support, target, None
@@ -287,9 +377,9 @@ class VideoQATask:
         k = self._num_objects(rng)
         if rng.random() < 0.5:  # yes: the queried object is in the clip, only inside its support
             target, *others = self._queried(rng, k, [self._fixed(0)])
-            s, n = self._span(rng, 2, c.num_frames // 2 + 1)
-            objs = self._statics(rng, [target, *others], [(s, n), *self._distractor_spans(rng, k - 1)])
-            return objs, f"Is there a {target}?", ["yes", "no"], 0, (s, s + n - 1), target, None
+            seen = self._span(rng, 2, c.num_frames // 2 + 1)
+            objs = self._statics(rng, [target, *others], [seen, *self._distractor_spans(rng, k - 1)])
+            return objs, f"Is there a {target}?", ["yes", "no"], 0, (seen[0], seen[-1]), target, None
         # no: the clip holds a near miss (same colour or same shape); no support, no target
         (query,) = [self._fixed(0)] if c.fixed_queries else self._names(rng, 1)
         col, sh = query.split()
@@ -301,8 +391,8 @@ class VideoQATask:
 
     # ---- items ---------------------------------------------------------------------------
     def _frames(self, objs: list[_Obj]) -> SymbolicFrames:
-        return SymbolicFrames([[SymObject(o.name, *o.path[t - o.start]) for o in objs
-                                if o.start <= t < o.start + len(o.path)]
+        at = [dict(zip(o.frames, o.path, strict=True)) for o in objs]
+        return SymbolicFrames([[SymObject(o.name, *a[t]) for o, a in zip(objs, at, strict=True) if t in a]
                                for t in range(self.config.num_frames)])
 
     def is_test_clip(self, frames: SymbolicFrames) -> bool:
@@ -329,16 +419,26 @@ class VideoQATask:
                   "objects": sorted(o.name for o in objs)},
         )
 
-    def sample_items(self, n: int, split: str, rng: np.random.Generator | None = None) -> list[VideoItem]:
-        """``n`` items of ``split`` ("train"/"test"), question types round-robin (balanced)."""
+    def sample_items(self, n: int, split: str, rng: np.random.Generator | None = None,
+                     temporal_weight: int = 1) -> list[VideoItem]:
+        """``n`` items of ``split`` ("train"/"test"), question types round-robin (balanced).
+
+        A train call starts the round at a type drawn from ``rng``, so calls of a few items each
+        (a step's prompts, an SFT batch) do not always favour the first types; a test call
+        starts at the first type. ``temporal_weight`` repeats each temporal type that many
+        times in the round (a test set with more temporal-hard items)."""
         if split not in ("train", "test"):
             raise DataError(f"split must be 'train' or 'test', got {split!r}")
+        if temporal_weight < 1:
+            raise DataError(f"temporal_weight={temporal_weight}: expected an integer >= 1")
         rng = np.random.default_rng(self.config.seed) if rng is None else rng
         qtypes = self.config.qtypes
+        cycle = [q for q in qtypes for _ in range(temporal_weight if q in CUE_QTYPES else 1)]
+        start = int(rng.integers(len(cycle))) if split == "train" else 0
         seen = dict.fromkeys(qtypes, 0)
         items = []
         for i in range(n):
-            q = qtypes[i % len(qtypes)]
+            q = cycle[(start + i) % len(cycle)]
             if q in CUE_QTYPES:  # test: alternate so exactly half of each temporal type is hard
                 follow = seen[q] % 2 == 0 if split == "test" else bool(rng.random() < self.config.cue_strength)
             else:
@@ -347,15 +447,31 @@ class VideoQATask:
             items.append(self._item(q, split, rng, follow))
         return items
 
-    def eval_items(self, n: int, seed: int) -> list[VideoItem]:
+    def eval_items(self, n: int, seed: int, temporal_weight: int = 1) -> list[VideoItem]:
         """A fixed test set drawn with ``seed`` (BPO's ``eval.eval_seed``): equal counts per type
-        (when ``n`` divides), half of temporal ones hard."""
-        return self.sample_items(n, "test", np.random.default_rng(seed))
+        (when ``n`` divides; temporal types ``temporal_weight`` times as many), half of temporal
+        ones hard."""
+        return self.sample_items(n, "test", np.random.default_rng(seed), temporal_weight)
+
+    def perceive(self, item: VideoItem, rng: np.random.Generator) -> VideoItem:
+        """``item`` as one rendering shows it to a policy: under ``noise_mode="render"``, with
+        probability ``order_noise`` its frames are presented backwards (§A.5's noisy perception
+        of order, redrawn per rendering; see the module doc). Call it on the original and on
+        each view, after the view. Items of other sources, and clip-mode noise, pass unchanged."""
+        c = self.config
+        if c.noise_mode != "render" or c.order_noise == 0 or item.source != "synthetic":
+            return item
+        return backwards(item) if rng.random() < c.order_noise else item
 
     # ---- text ----------------------------------------------------------------------------
     def pixel_prompt(self, item: VideoItem) -> str:
         """The question text without frame lines (the VL model gets the pixels)."""
         return f"Q: {item.question}\n{item.options_text()}\n{INSTRUCTION}"
+
+    def shows_positions(self, qtype: str) -> bool:
+        """Whether the symbolic prompt shows grid positions: where the question is about motion,
+        and where the cue is a row (``temporal_order`` under ``layout="flicker"``)."""
+        return qtype == "action_direction" or (qtype == "temporal_order" and self.config.layout == "flicker")
 
     def prompt(self, item: VideoItem) -> str:
         """The symbolic prompt for the tiny LM: the question and lettered options first, then
@@ -364,18 +480,22 @@ class VideoQATask:
         Question first, so that while reading the frames the model already knows what to look
         for (a causal model cannot look back from the frames to a question that follows them);
         codes, so an object is one or two tokens and a clip about 40. Grid positions are shown
-        where the question is about motion (``gc40``: x=4, y=0), nowhere else.
+        where `shows_positions` says (``gc40``: x=4, y=0). The frame line opens with a ``|``
+        like the boundary between frames, so the first frame's first object tokenises as every
+        other object does (after a space), not as a word at the start of a line.
         """
         if not isinstance(item.frames, SymbolicFrames):
             raise DataError(f"item {item.item_id!r}: prompt() needs symbolic frames; use pixel_prompt()")
         question = _encode_names(item.question)
         options = " ".join(f"{c}. {_encode_names(o)}" for c, o in zip(item.letters, item.options, strict=True))
-        frames = compact_frames(item.frames, positions=item.qtype == "action_direction")
-        return f"{question} {options}\n{frames}"
+        frames = compact_frames(item.frames, positions=self.shows_positions(item.qtype))
+        return f"{question} {options}\n| {frames}"
 
     def sample(self, n: int, split: str, rng: np.random.Generator | None = None) -> list[dict]:
-        """Rows ``{"prompt", "answer", "item"}`` (what the SFT fitter consumes)."""
-        return [{"prompt": self.prompt(it), "answer": it.gold_letter, "item": it}
+        """Rows ``{"prompt", "answer", "item"}`` (what the SFT fitter consumes); each prompt is
+        one rendering of its item (`perceive`)."""
+        rng = np.random.default_rng(self.config.seed) if rng is None else rng
+        return [{"prompt": self.prompt(self.perceive(it, rng)), "answer": it.gold_letter, "item": it}
                 for it in self.sample_items(n, split, rng)]
 
     def corpus(self, n: int = 4000, seed: int = 0) -> list[str]:

@@ -19,7 +19,7 @@ not needed by the algorithm and not supported for ``mask`` after ``shuffle``/``n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -192,7 +192,7 @@ class BehaviorTable:
 
 
 def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.random.Generator | None = None,
-                 random_views: bool = False) -> tuple[list[tuple[str, str]], int]:
+                 random_views: bool = False, first: Sequence[str] = ()) -> tuple[list[tuple[str, str]], int]:
     """Pick ``m`` (view, label) pairs for ``item`` (§A.2 step 2) and count skipped views.
 
     Candidates are the type's labelled views that apply to the item; each labelled view that
@@ -202,6 +202,9 @@ def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.rand
     only when fewer than ``m`` candidates exist (so every prompt yields ``m`` views; budget
     matching). ``random_views=True`` draws ``m`` candidates uniformly instead (§A.3 baseline 5);
     views unlabelled for the type are never drawn, so each keeps its table label.
+    ``first`` names views placed before the draw, each in the scarcest slot its label fits,
+    where it applies to the item (BPO puts ``reverse`` in every temporal pack this way: the one
+    view that flips the order and keeps every other statistic); ``random_views`` ignores it.
     """
     if m < 1:
         raise DataError(f"select_views: m={m}; expected at least 1")
@@ -225,7 +228,14 @@ def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.rand
         # Fill the scarce slots first so the STAB-or-SENS slot cannot steal the only SENS view.
         slots = [("STAB", "SENS", "FLIP"), ("SENS", "FLIP"), ("ABST",)][:m] + [tuple(LABELS)] * max(0, m - 3)
         picked_at: dict[int, str] = {}
-        for i in sorted(range(len(slots)), key=lambda i: (len(slots[i]), i)):
+        order = sorted(range(len(slots)), key=lambda i: (len(slots[i]), i))
+        for v in first:
+            fits = [i for i in order if i not in picked_at and v in cands and cands[v] in slots[i]]
+            if fits and v not in picked_at.values():
+                picked_at[fits[0]] = v
+        for i in order:
+            if i in picked_at:
+                continue
             unused = [v for v in views if v not in picked_at.values()]
             pool = [v for v in unused if cands[v] in slots[i]] or unused
             if pool:
