@@ -64,7 +64,9 @@ def test_bpo_pack_structure_and_aug_grpo_labels():
             assert algo.table.label(item.qtype, row["view"]) == lab
     assert all(" | " in p for p in pack.prompts)  # the frames are in every prompt
     aug = algo.build_pack(ARMS["aug_grpo"], items, np.random.default_rng(4))
-    assert set(aug.labels) == {"ORIG"}  # augmentation: every view rewarded for the original answer
+    # Augmentation: every view rewarded for the original answer, as STAB (the linear benchmark's
+    # label; ORIG would add the format bonus on views too); the anchors stay ORIG.
+    assert aug.labels == [("ORIG" if a else "STAB") for a in aug.is_anchor.tolist()]
     assert [r["view"] for r in aug.rows] == [r["view"] for r in pack.rows]
     assert pack.letters[0] == items[0].letters
     # bpo_flip trains with FLIP on reversed order/direction clips; its other cells are the run's.
@@ -87,6 +89,32 @@ def test_call_advantage_passes_pack_fields_only_to_estimators_that_take_them():
 class _Item:
     def __init__(self, qtype, answer=0, hard=False):
         self.item_id, self.qtype, self.answer, self.hard = "x", qtype, answer, hard
+
+
+def test_every_temporal_pack_holds_the_reverse_view():
+    algo = _algo()
+    items = algo.task.sample_items(60, "train", np.random.default_rng(3))
+    pack = algo.build_pack(ARMS["bpo"], items, np.random.default_rng(4))
+    temporal = [[r["view"] for r in pack.rows[5 * j: 5 * j + 5]] for j, it in enumerate(items)
+                if it.qtype in ("temporal_order", "action_direction")]
+    assert temporal and all("reverse" in views and "null" in views for views in temporal)
+    drawn = _algo(reverse_in_temporal_packs=False).build_pack(ARMS["bpo"], items, np.random.default_rng(4))
+    without = [[r["view"] for r in drawn.rows[5 * j: 5 * j + 5]] for j, it in enumerate(items)
+               if it.qtype in ("temporal_order", "action_direction")]
+    assert not all("reverse" in views for views in without)  # §A.2's slots alone: about two thirds
+
+
+def test_macro_groups_is_the_three_group_mean():
+    conf = np.array([0.9, 0.05, 0.05])
+    recs = [item_record(_Item("temporal_order", 0, hard=True), 1, conf, ABST, []),  # hard: wrong
+            item_record(_Item("temporal_order", 0), 0, conf, ABST, []),  # cue-consistent: right
+            item_record(_Item("action_direction", 0), 0, conf, ABST, []),
+            item_record(_Item("counting", 2), 2, conf, ABST, []),  # non-temporal: 1 of 2
+            item_record(_Item("existence", 0), 1, conf, ABST, [])]
+    m = behaviour_metrics(recs)
+    assert m["macro_groups"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert m["macro_acc"] == pytest.approx((0.5 + 1.0 + 1.0 + 0.0) / 4)  # by question type
+    assert behaviour_metrics(recs[3:])["macro_groups"] == pytest.approx(0.5)  # empty groups left out
 
 
 def test_metrics_hand_values():
@@ -163,11 +191,13 @@ def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache
     report = (d / "report.md").read_text()
     assert "BPO against its baselines" in report and "| SFT |" in report
     assert "Temporal-hard accuracy by question type" in report
+    assert "macro accuracy (3 groups)" in report and "tell a view from the original" in report
     assert (d / "plots" / "behaviour_rates.png").is_file()
     s = json.loads((d / "summary.json").read_text())
     assert set(s["arms"]) == {"grpo", "bpo"}
     for arm in s["arms"].values():
-        assert set(arm["metrics"]) >= {"macro_acc", "temporal_hard_acc", "abstain_f1"}
+        assert set(arm["metrics"]) >= {"macro_acc", "macro_groups", "temporal_hard_acc", "abstain_f1"}
+    assert set(s["view_check"]["views"]) == {"shuffle", "reverse"} and s["view_check"]["clips"] == 200
     rows = _train_rows(d)
     trained = [r for r in rows if "reward/bpo" in r]
     assert len(trained) == cfg.run.steps

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from troupe.algorithms.bpo.evaluation import (
 from troupe.algorithms.policy_graph import PolicyGraph, step_seed
 from troupe.algorithms.rollout import RolloutResult
 from troupe.algorithms.sft import prepare_policy
+from troupe.envs.video_qa.distinguishability import describe as describe_views
 from troupe.envs.video_qa.items import LETTERS, TEMPORAL_QTYPES, VideoItem, parse_answer
 from troupe.envs.video_qa.synthetic import VideoQAConfig, VideoQATask
 from troupe.envs.video_qa.views import BehaviorTable, ViewUnavailable, apply_view, select_views
@@ -52,6 +54,8 @@ from troupe.platform.errors import ConfigError
 from troupe.platform.placement import ActorGraph, Role
 from troupe.platform.registry import ADVANTAGES
 from troupe.platform.run import RunContext
+
+log = logging.getLogger("troupe")
 
 
 @dataclasses.dataclass
@@ -102,7 +106,7 @@ class BPO(Algorithm):
         self.data_skipped: dict[str, dict[str, int]] = {}
         self.train_items = self._load_real(c.data.train, "train") if c.data.train else None
         eval_items = (self._load_real(c.data.eval, "eval")[: c.eval.num_prompts] if c.data.eval
-                      else self.task.eval_items(c.eval.num_prompts, c.eval.eval_seed))
+                      else self.task.eval_items(c.eval.num_prompts, c.eval.eval_seed, c.eval.temporal_weight))
         self.eval_probes = self._build_probes(eval_items)
         self.emas = {name: TypeEMA(c.bpo.anchor_ema) for name in c.bpo.arms}
         self.arms: dict[str, PolicyGraph] = {}
@@ -111,12 +115,24 @@ class BPO(Algorithm):
         """The shared SFT checkpoint every arm starts from; the real-data skips, for the report."""
         c = self.config
         facts: dict[str, Any] = {"data_skipped": self.data_skipped}
+        if self.train_items is None and c.eval.view_check_clips:
+            facts["view_check"] = self.check_views()
         sft_task = PixelSFTTask(self.task, self.train_items) if self.pixels else self.task
         prepare_policy(c.model, sft_task, to_dict(c.task), facts)
         reward_kwargs = {"c_fa": c.bpo.c_fa, "r_fmt": c.bpo.r_fmt}
         self.arms = {name: PolicyGraph(c, facts["model_path"], reward_kwargs, prefix=f"{name}_", shared_roles=i == 0)
                      for i, name in enumerate(c.bpo.arms)}
         return facts
+
+    def check_views(self) -> dict[str, Any]:
+        """Whether non-temporal features tell the shuffled or reversed clips of this task from
+        the originals (`view_distinguishability`); logged, and a warning in the report when so."""
+        from troupe.envs.video_qa.distinguishability import describe, view_distinguishability
+
+        check = view_distinguishability(self.task, self.config.eval.view_check_clips, seed=self.config.run.seed)
+        for line in describe(check):
+            (log.warning if line.startswith("WARNING") else log.info)("view check: %s", line)
+        return check
 
     def _load_real(self, sources: list[dict[str, Any]], role: str) -> list[VideoItem]:
         """Items of real benchmarks; each source's skips are kept for the report. Temporal-hard
@@ -167,9 +183,11 @@ class BPO(Algorithm):
         return self.task.prompt(item), row
 
     def _view(self, item: VideoItem, view: str, rng: np.random.Generator) -> VideoItem:
+        """``item`` under ``view``, as one rendering shows it to a policy (`VideoQATask.perceive`:
+        the synthetic task's order noise is drawn afresh for every original and every view)."""
         symbolic = item.meta.get("rendering", "symbolic") == "symbolic"
         base = self.task.render_pixels(item) if self.pixels and symbolic else item
-        return base if view == "orig" else apply_view(base, view, rng)
+        return self.task.perceive(base if view == "orig" else apply_view(base, view, rng), rng)
 
     def build_pack(self, arm: Arm, items: list[VideoItem], rng: np.random.Generator) -> Pack:
         """Rows for one arm: BPO-style packs (anchors + views) or a GRPO group on the original."""
@@ -179,15 +197,18 @@ class BPO(Algorithm):
         table = self.table if arm.table is None else arm_table(self.config.bpo.behavior_table, arm.table)
         for j, item in enumerate(items):
             if arm.views:
-                picked, n_skip = select_views(item, table, s.num_views, rng, random_views=arm.random_views)
+                first = ("reverse",) if s.reverse_in_temporal_packs and item.qtype in TEMPORAL_QTYPES else ()
+                picked, n_skip = select_views(item, table, s.num_views, rng, random_views=arm.random_views,
+                                              first=first)
                 skipped += n_skip
                 plan = [("orig", "ORIG")] * s.anchors + [(v, lab) for v, lab in picked for _ in range(s.per_view)]
             else:
                 plan = [("orig", "ORIG")] * (s.pack_size * arm.group_scale)
             for view, label in plan:
                 prompt, row = self._render(self._view(item, view, rng))
-                # Aug-GRPO rewards every view for the original answer (augmentation, no behaviours).
-                row["label"] = label if arm.reward == "behavior" else "ORIG"
+                # Aug-GRPO rewards every view for the original answer (augmentation, no behaviours):
+                # STAB on views, as in the linear benchmark (ORIG would add the format bonus there too).
+                row["label"] = label if arm.reward == "behavior" or view == "orig" else "STAB"
                 prompts.append(prompt)
                 rows.append(row)
                 gids.append(j)
@@ -376,6 +397,8 @@ class BPO(Algorithm):
         if prepared.get("data_skipped"):
             out["data_skipped"] = prepared["data_skipped"]
         out["model_path"] = prepared.get("model_path")
+        if prepared.get("view_check"):
+            out["view_check"] = prepared["view_check"]
         return out
 
 
@@ -385,8 +408,10 @@ def _plot_eval_curves(config: BPOConfig, history: list[dict[str, Any]], path: Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.4))
-    for ax, metric in zip(axes.flat, METRICS, strict=True):
+    fig, axes = plt.subplots(2, 4, figsize=(15, 6.4))
+    for ax in axes.flat[len(METRICS):]:
+        ax.set_visible(False)
+    for ax, metric in zip(axes.flat, METRICS, strict=False):
         for name in config.bpo.arms:
             pts = [(r["step"], r[f"eval/{metric}/{name}"]) for r in history if f"eval/{metric}/{name}" in r]
             if pts:
@@ -407,10 +432,16 @@ def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
     if not arms:
         return []
     head = "| policy | responses/prompt | " + " | ".join(METRIC_TITLES[m] for m in METRICS) + " |"
-    lines = ["## BPO against its baselines", "",
-             f"Held-out synthetic test set ({config.eval.num_prompts} items, greedy answers), value and "
-             f"bootstrap 95% interval over items. SFT is the shared starting checkpoint.", "",
-             head, "|" + "---|" * (len(METRICS) + 2)]
+    lines = ["## BPO against its baselines", ""]
+    check = summary.get("view_check")
+    if check and check.get("distinguishable"):
+        lines += [f"> **Warning:** {line}" for line in describe_views(check) if line.startswith("WARNING")] + [""]
+    lines += [f"Held-out synthetic test set ({config.eval.num_prompts} items, greedy answers), value and "
+              f"bootstrap 95% interval over items. SFT is the shared starting checkpoint. Macro accuracy is "
+              f"the mean over question types (five on the synthetic task; over benchmarks on real data); "
+              f"macro accuracy (3 groups) is §A.5's: the mean over non-temporal, cue-consistent temporal and "
+              f"temporal-hard items.", "",
+              head, "|" + "---|" * (len(METRICS) + 2)]
     if "sft" in summary:
         lines.append("| SFT | – | " + " | ".join(fmt_ci(summary["sft"].get(m)) for m in METRICS) + " |")
     for name, a in arms.items():
@@ -431,6 +462,11 @@ def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
                   "policy that cannot tell a shuffled clip from the original) is "
                   "`python benchmarks/bpo.py --parts linear`; pooled figures for this setting are in "
                   "`benchmarks/results/bpo.json`."]
+    if check:
+        lines += ["", f"Can non-temporal features (object counts, contiguity, token frequencies, blank frames) "
+                  f"tell a view from the original? A classifier on {check['clips']} training clips, "
+                  f"cross-validated by clip:", ""] + [f"- {line}" for line in describe_views(check)
+                                                       if not line.startswith("WARNING")]
     if summary.get("data_skipped"):
         lines += ["", "Real-data rows skipped while loading (by source and reason): "
                   + "; ".join(f"{k}: {v}" for k, v in summary["data_skipped"].items())]

@@ -86,6 +86,9 @@ class BPOSettings:
     anchor_ema: float = 0.95  # per-type anchor baseline when anchors == 1
     pack_bonus: float = 0.5  # coherence bonus of the logged joint pack score
     behavior_table: dict[str, dict[str, str]] | None = None  # overrides of the default table, by type
+    # Every temporal pack holds the reverse view (where the item has it): the view that flips the
+    # order and keeps every other statistic. False: the views of §A.2's slots, drawn at random.
+    reverse_in_temporal_packs: bool = True
     arms: list[str] = dataclasses.field(default_factory=lambda: ["grpo", "bpo"])
 
     def __post_init__(self) -> None:
@@ -107,10 +110,21 @@ class BPOSettings:
 
 @dataclasses.dataclass
 class BPOEvalConfig(EvalConfig):
-    num_prompts: int = 240  # test items: equal per type, half the temporal ones temporal-hard
+    # Test items: temporal types `temporal_weight` times as many as each other type, half of them
+    # temporal-hard. 1350 at weight 3: 450 temporal-hard items, 95% intervals about ±0.04 or less.
+    num_prompts: int = 1350
+    temporal_weight: int = 3
     bootstrap: int = 1000  # resamples for the 95% intervals over items
     sens_conf_drop: float = 0.3  # a SENS view counts as sensed if the answer changes or its confidence drops this much
     eval_seed: int = 12345  # the synthetic test items and the views probed on them
+    # Training clips on which a classifier of non-temporal features tries to tell shuffled and
+    # reversed clips from originals (the report warns when it can); 0 skips the check.
+    view_check_clips: int = 1000
+
+    def __post_init__(self) -> None:
+        check(self.temporal_weight >= 1, "eval.temporal_weight", self.temporal_weight, "an integer >= 1")
+        check(self.view_check_clips == 0 or self.view_check_clips >= 10, "eval.view_check_clips",
+              self.view_check_clips, "0 (no check) or at least 10 clips")
 
 
 def _model() -> ModelConfig:
