@@ -1,9 +1,10 @@
 """The rollout → reward → learner graph that LLM algorithms share (GRPO, BPO, OPD, ...).
 
 `PolicyGraph` declares the roles from the common config sections and offers the calls an
-algorithm's `step` is written with: `rollout` (generate and score, see `rollout.py`),
-`update_and_sync`, `evaluate`, `save` and `load`. Data moves as object refs; the driver pulls
-only rewards and metrics.
+algorithm's `step` is written with: `rollout` (generate and score, see `rollout.py`) or
+`rollout_at` (a step's rollout, which ``run.staleness > 0`` starts ahead of the step, see
+`lookahead.py`), `update_and_sync`, `evaluate`, `save` and `load`. Data moves as object refs;
+the driver pulls only rewards and metrics.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,11 @@ from troupe.actors.transport.base import (
 )
 from troupe.algorithms.icrm.reward import ICRMReward
 from troupe.algorithms.judge.reward import JudgeReward, judge_reward_kwargs
+from troupe.algorithms.lookahead import FinishedRollout, Lookahead, RolloutRequest, check_sync_checkpoint
 from troupe.algorithms.rollout import PendingUpdate, Rollout
 from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
 from troupe.platform.config import to_dict
-from troupe.platform.errors import RemoteCallError
+from troupe.platform.errors import ConfigError, RemoteCallError
 from troupe.platform.placement import ActorGraph, Role
 from troupe.platform.registry import ROLLOUT_BACKENDS, TRANSPORTS
 
@@ -46,12 +49,20 @@ def rollout_class(backend: str) -> type:
 
 def check_policy_config(cfg: Any) -> None:
     """The checks that need several sections of a policy config: the rollout backend's own
-    (``check_config(cfg)`` on its engine class, e.g. vLLM's GPU memory and dtype rules) and
-    those of the weight transport the policy will use; each a `ConfigError` naming the key."""
+    (``check_config(cfg)`` on its engine class, e.g. vLLM's GPU memory and dtype rules), those
+    of the weight transport the policy will use, and whether that transport can serve
+    ``run.staleness``; each a `ConfigError` naming the key."""
     engine_check = getattr(rollout_class(cfg.rollout.backend), "check_config", None)
     if callable(engine_check):
         engine_check(cfg)
-    TRANSPORTS.get(choose_transport(cfg.rollout.weight_transport, cfg.learner.lora.enabled)).check_policy_config(cfg)
+    transport = choose_transport(cfg.rollout.weight_transport, cfg.learner.lora.enabled)
+    if cfg.run.staleness > 0 and transport == "nccl":
+        # nccl keeps no copy of a version once it is sent: a restarted engine gets the newest.
+        raise ConfigError(f"run.staleness={cfg.run.staleness} with rollout.weight_transport=nccl: an engine "
+                          "restarted while generating ahead would be given the learner's newest weights, not the "
+                          "older ones its batch was sampled with; set rollout.weight_transport=object_store, or "
+                          "run.staleness=0")
+    TRANSPORTS.get(transport).check_policy_config(cfg)
 
 
 def step_seed(seed: int, step: int, salt: str = "") -> int:
@@ -86,6 +97,9 @@ class PolicyGraph:
         self.faults = 0  # rollout calls re-issued after an engine died or timed out
         self.max_reissues = 2
         self._transport: Transport | None = None  # how weights reach the engines: see `transport`
+        # run.staleness > 0: the rollouts started ahead of their steps (None: each step after the update before it).
+        staleness = cfg.run.staleness
+        self.lookahead = Lookahead(staleness, cfg.run.steps, lambda r: self.rollout(**vars(r))) if staleness else None
 
     def role(self, name: str) -> Any:
         """This policy's actor group for ``name`` (learner, rollout, reward or reference)."""
@@ -171,6 +185,14 @@ class PolicyGraph:
         letter log-probs; ``score=False`` skips the reward; ``reward`` names the role that scores
         ("reward", or "checker" for the exact checker beside a reward model)."""
         return Rollout(self, prompts, rows, sampling, seed, option_letters, score, reward)
+
+    def rollout_at(self, step: int, request: Callable[[int], RolloutRequest]) -> Rollout | FinishedRollout:
+        """The rollout of ``step``, where ``request(s)`` says what step s generates. With
+        ``run.staleness = k > 0`` it was started during the update of an earlier step (at most k
+        back), and `update_and_sync` starts the next ones; with 0 it starts now (`rollout`)."""
+        if self.lookahead is None:
+            return self.rollout(**vars(request(step)))
+        return self.lookahead.take(step, request)
 
     def wait_generate(self, i: int, args: tuple, kwargs: dict[str, Any], ref: Any) -> tuple[Any, int]:
         """Wait for engine ``i``'s generate call; a call lost to a dead engine is re-issued once
@@ -268,10 +290,17 @@ class PolicyGraph:
     def update_and_sync(self, batch_refs: list[Any], extras: dict[str, Any]) -> PendingUpdate:
         """Start the update on every learner rank and the weight sync behind it; returns at once,
         and `PendingUpdate.result()` waits for the metrics. With ``learner.kl_coef > 0`` the
-        reference log-probs go straight from the reference scorer to the learners."""
+        reference log-probs go straight from the reference scorer to the learners. With
+        ``run.staleness > 0`` the next steps' rollouts start beside the update, and the metrics
+        hold the step's ``staleness``."""
         if self.cfg.learner.kl_coef > 0 and "ref_logprobs" not in extras:
             extras = {**extras, "ref_logprobs": self.reference_logprobs(batch_refs)}
-        return PendingUpdate(self, batch_refs, extras)
+        if self.lookahead is None:
+            return PendingUpdate(self, batch_refs, extras)
+        # The sync waits for the generation started here: see `Lookahead.confirm`.
+        pending = PendingUpdate(self, batch_refs, extras, before_sync=self.lookahead.confirm)
+        self.lookahead.fill()
+        return pending
 
     def sync_weights(self) -> dict[str, float]:
         """Publish from learner rank 0 and install on every engine; returns bytes and seconds."""
@@ -311,8 +340,14 @@ class PolicyGraph:
         learners = self.role("learner")
         packed, meta = learners.wait([learners[0].get_state.remote()], "get_state")[0]
         save_learner_state(ckpt_dir, packed, meta)
+        if self.lookahead is not None:  # the rollouts generated ahead are part of the state
+            self.lookahead.save(ckpt_dir, self.prefix)
 
     def load(self, ckpt_dir: Path) -> None:
+        if self.lookahead is None:
+            check_sync_checkpoint(ckpt_dir, self.prefix)
+        else:
+            self.lookahead.load(ckpt_dir, self.prefix)
         tensors, meta = load_learner_state(ckpt_dir)
         self.role("learner").call("set_state", pack_state_dict(tensors), meta)
         self.sync_weights()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -103,11 +104,15 @@ class PendingUpdate:
     the publish waits for the update on learner rank 0 and the engines install it as soon as it
     exists, with no round trip through the driver in between."""
 
-    def __init__(self, policy: PolicyGraph, batches: list[Any], extras: dict[str, Any]) -> None:
+    def __init__(self, policy: PolicyGraph, batches: list[Any], extras: dict[str, Any],
+                 before_sync: Callable[[], dict[str, float]] | None = None) -> None:
+        """``before_sync`` holds the sync back until the update is done and it has returned (its
+        metrics join the update's): the engines generating ahead (`Lookahead.confirm`)."""
         self.policy = policy
         self.t0 = time.perf_counter()
         self.refs = [h.update.remote(batches, extras) for h in policy.role("learner").handles]
-        self.sync = policy.sync_begin()
+        self.before_sync = before_sync
+        self.sync = policy.sync_begin() if before_sync is None else None
         self._metrics: dict[str, float] | None = None
 
     def result(self) -> dict[str, float]:
@@ -118,6 +123,10 @@ class PendingUpdate:
             metrics = {k: float(sum(m[k] for m in per_rank) / len(per_rank)) for k in per_rank[0]}
             now = time.perf_counter()
             metrics["time/update_s"] = now - self.t0
+            if self.sync is None:
+                metrics.update(self.before_sync())
+                self.sync = self.policy.sync_begin()
+                now = self.sync.t
             metrics.update(self.policy.sync_end(self.sync, since=now))
             self._metrics = metrics
         return self._metrics

@@ -45,6 +45,10 @@ class RunConfig:
     num_cpus: int | None = None  # CPUs of that local cluster; None lets Ray count them
     placement_timeout_s: float = 300.0
     call_timeout_s: float = 900.0
+    # Asynchronous RL: the engines generate up to this many steps ahead of the learner, with the
+    # newest weights they hold, while it updates (troupe.algorithms.lookahead). 0: every step
+    # generates with the weights of the update before it.
+    staleness: int = 0
     # Node type -> resources one node of it offers, as in a cluster YAML's available_node_types
     # (e.g. {gpu_worker: {CPU: 8, GPU: 1}}): a bundle that fits none of them, nor a node alive
     # now, is an error before anything is placed. {} skips the check (the cluster's shapes are unknown).
@@ -63,6 +67,9 @@ class RunConfig:
         check(self.checkpoint_every >= 0, "run.checkpoint_every", self.checkpoint_every, "an integer >= 0")
         check(self.placement_timeout_s > 0, "run.placement_timeout_s", self.placement_timeout_s, "> 0")
         check(self.call_timeout_s > 0, "run.call_timeout_s", self.call_timeout_s, "> 0")
+        check(isinstance(self.staleness, int) and not isinstance(self.staleness, bool) and self.staleness >= 0,
+              "run.staleness", self.staleness, "an integer >= 0 (0: each step generates after the update "
+              "before it; k: the engines generate at most k steps ahead of the learner)")
         check(len(set(self.trackers)) == len(self.trackers), "run.trackers", self.trackers, "each tracker once")
         check(self.sync_every_s >= 0, "run.sync_every_s", self.sync_every_s, ">= 0")
         from troupe.platform.storage import check_location

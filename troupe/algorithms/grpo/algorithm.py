@@ -1,6 +1,8 @@
 """GRPO: sample a group per prompt, score it, advantage relative to the group, PPO-clip update.
 
 The graph is rollout → reward → learner (+ a reference scorer when ``learner.kl_coef > 0``).
+With ``run.staleness = k > 0`` a step's rollout is generated while an earlier step updates
+(`PolicyGraph.rollout_at`), at most k updates behind the learner.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from troupe.algorithms.grpo.config import GRPOConfig
+from troupe.algorithms.lookahead import RolloutRequest
 from troupe.algorithms.policy_graph import PolicyGraph, group_rows, step_seed
 from troupe.algorithms.sft import prepare_policy
 from troupe.envs.task import build_task
@@ -51,10 +55,16 @@ class GRPO(Algorithm):
         rng = np.random.default_rng(step_seed(self.config.run.seed, step, "prompts"))
         return self.task.train_rows(self.config.grpo.prompts_per_step, rng)
 
-    def step(self, step: int) -> dict[str, float]:
+    def rollout_request(self, step: int) -> RolloutRequest:
+        """What step ``step`` generates: a group of samples per prompt, with the step's own seed."""
         c = self.config
-        return grpo_step(self.policy, self.sample_prompts(step), c.grpo.group_size, c.rollout.sampling,
-                         step_seed(c.run.seed, step, "sample"), self.advantage)
+        prompts, rows, _ = group_rows(self.sample_prompts(step), c.grpo.group_size)
+        return RolloutRequest(prompts, rows, c.rollout.sampling, step_seed(c.run.seed, step, "sample"))
+
+    def step(self, step: int) -> dict[str, float]:
+        # With run.staleness > 0 this rollout was started while an earlier step updated.
+        rollout = self.policy.rollout_at(step, self.rollout_request)
+        return grpo_update(self.policy, rollout, self.config.grpo.group_size, self.advantage)
 
     def evaluate(self, step: int) -> dict[str, float]:
         greedy = dataclasses.replace(self.config.rollout.sampling, temperature=self.config.eval.temperature)
@@ -80,6 +90,9 @@ class GRPO(Algorithm):
             "train_reward_last10pct": float(np.mean(rewards[-k:])) if rewards else None,
             "model_path": run.prepared().get("model_path"),
         }
+        staleness = [r["staleness"] for r in history if "staleness" in r]
+        if staleness:  # run.staleness > 0
+            s["staleness_mean"], s["staleness_max"] = float(np.mean(staleness)), max(staleness)
         rows = [
             "## GRPO result",
             "",
@@ -89,6 +102,8 @@ class GRPO(Algorithm):
             f"{_f(s['eval_accuracy_end'])} |",
             f"| training reward (mean of first / last 10% of steps) | {_f(s['train_reward_first10pct'])} | "
             f"{_f(s['train_reward_last10pct'])} |",
+            *([f"| staleness (updates between sampling and training; mean, max over steps) | "
+               f"{_f(s['staleness_mean'])} | {s['staleness_max']:.0f} |"] if staleness else []),
             "",
             f"Policy started from `{s['model_path'] or '?'}`.",
         ]
@@ -103,8 +118,15 @@ def grpo_step(policy: PolicyGraph, rows: list[dict], group_size: int, sampling: 
               advantage: Any) -> dict[str, float]:
     """One GRPO step of ``policy`` on ``rows``: a group of ``group_size`` samples per row, scored
     by the policy's reward role, advantages relative to the group, an update and a weight sync."""
-    prompts, rows, group_ids = group_rows(rows, group_size)
-    out = policy.rollout(prompts, rows, sampling, seed).result()
+    prompts, rows, _ = group_rows(rows, group_size)
+    return grpo_update(policy, policy.rollout(prompts, rows, sampling, seed), group_size, advantage)
+
+
+def grpo_update(policy: PolicyGraph, rollout: Any, group_size: int, advantage: Any) -> dict[str, float]:
+    """The rest of a GRPO step once its ``rollout`` (groups of ``group_size`` consecutive rows) is
+    started: its rewards, advantages relative to the group, an update and a weight sync."""
+    out = rollout.result()
+    group_ids = torch.arange(len(out.rewards) // group_size).repeat_interleave(group_size)
     advantages = advantage(out.rewards, group_ids)  # e.g. GRPO: A_i = (r_i - mean) / std
     metrics = policy.update_and_sync(out.batches, {"advantages": advantages}).result()
     grouped = out.rewards.view(-1, group_size)
