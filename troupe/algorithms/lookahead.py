@@ -14,6 +14,8 @@ version per engine in play: an engine lost while generating ahead is restarted w
 newest update the driver sent through the object store, which is exactly what the lost call
 sampled with, and the call is re-issued with its own seed (`PolicyGraph.wait_generate`). The
 nccl transport keeps no such copy, so ``run.staleness > 0`` refuses it (`check_policy_config`).
+So one step of generation overlaps one update whatever k is: k > 1 makes the data older, not
+the step shorter.
 
 Exact resume: a checkpoint holds the rollouts generated ahead as they were generated (their
 batches, rewards and versions), and a resumed run trains on those. Regenerating them instead
