@@ -38,7 +38,8 @@ def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_l
         r.run()
     for name in ("report.md", "summary.json", "predictions.json", "truth.json", "selection.json", "rl.jsonl",
                  "models/icrm/icrm.json", "models/static/icrm.safetensors", "plots/accuracy_vs_k_seen.png",
-                 "plots/reliability.png", "plots/ece_vs_lambda.png", "plots/rl_gold_a.png"):
+                 "plots/reliability.png", "plots/ece_vs_lambda.png", "plots/rl_gold_a.png", "best_of_n.json",
+                 "plots/best_of_n_gold_vs_kl.png", "plots/steering_front.png"):
         assert (full / name).is_file(), name
     predictions = json.loads((full / "predictions.json").read_text())
     assert set(predictions) == {"icrm_lam1", "icrm_lam0.1", "point", "static_0", "static_1", "judge"}
@@ -53,11 +54,19 @@ def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_l
     assert [r["rl_step"] for r in records] == [0, 1, 2]
     assert set(records[0]) == {"rl_step"} | {f"gold/{arm}/{who}" for arm in ("icrm", "static", "icrm_b")
                                             for who in ("a", "b")}
+    picks = json.loads((full / "best_of_n.json").read_text())
+    assert picks["n"] == [1, 2, 4, 8, 16, 32, 64] and picks["model"] == selection["selected"]
+    assert set(picks["gold_a"]) == {"gold itself", "ICRM steered by a (r)", "ICRM steered by a (E_q log p)",
+                                    "ICRM steered by b (r)", "static RM (r)"}
+    gold = picks["gold_a"]["gold itself"]
+    assert gold == sorted(gold) and all(c[0] == gold[0] for c in picks["gold_a"].values())  # N = 1: the same pick
+    assert len(picks["mix"]) == len(picks["scalarised"]) == 11 and picks["hypervolume"]["mix"] >= 0
     summary = json.loads((full / "summary.json").read_text())
     claims = summary["claims"]
-    assert len(claims) == 7 and all(isinstance(c["holds"], bool) and c["measured"] for c in claims)
+    assert len(claims) == 12 and all(isinstance(c["holds"], bool) and c["measured"] for c in claims)
     report = (full / "report.md").read_text()
     assert "## Reward models steered by demonstrations" in report and "## ICRM-RL" in report
+    assert "## What the reward models pick" in report
     # every arm trained on its own reward model: the reward actors answered every step
     rows = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
     rl_rows = [r for r in rows if "rl/reward/mean/icrm" in r]

@@ -32,6 +32,7 @@ import torch
 
 from troupe.algorithms.grpo.algorithm import grpo_step
 from troupe.algorithms.icrm import analysis
+from troupe.algorithms.icrm import selection as bon
 from troupe.algorithms.icrm.config import ARMS, ICRMRunConfig
 from troupe.algorithms.icrm.learner import (
     ICRMLearner,
@@ -39,6 +40,8 @@ from troupe.algorithms.icrm.learner import (
     corpus,
     eval_sets,
     icrm_name,
+    persona_weights,
+    selection_set,
     task_data,
     variants,
 )
@@ -58,6 +61,7 @@ from troupe.platform.run import RunContext
 # Relative cost of one training step, for dealing models to learners: an in-context model reads
 # 2k + 2 responses per episode, a static one 2, the judge one sequence of all of them.
 COST = {"context": 1.0, "static": 0.15, "judge": 1.5}
+RHOS = tuple(round(0.1 * i, 1) for i in range(11))  # §C.2's demo mixes
 
 
 def cost(v: Variant) -> float:
@@ -173,10 +177,56 @@ class ICRMAlgorithm(Algorithm):
             saved[role] = {"model": name, "path": str(path)}
         atomic_write_json(self.ctx.artifact("selection.json"), {"selected": selected, "validation_ece": eces,
                                                                 "saved": saved})
+        atomic_write_json(self.ctx.artifact("best_of_n.json"), self.select(selected))
         self.finished = True
         t = tab[selected]["seen"]
         return {"eval/selected_lambda": float(selected.removeprefix("icrm_lam")),
                 "eval/icrm_ece_seen": t["all"]["ece"], "eval/icrm_accuracy_seen": t["all"]["accuracy"]}
+
+    def select(self, selected: str) -> dict[str, Any]:
+        """§C.4 read by what the models pick from the evaluation pool (`learner.selection_set`):
+        best-of-N on persona a's gold reward against KL = log N − (N − 1)/N for ICRM steered by
+        a's demos (r and the conservative E_q log p), by b's, and the static RM; and the steering
+        front, ICRM with round(ρ k) of its k demos from persona b, against the linear
+        scalarisation (1 − ρ) r_a + ρ r_b of the same ICRM steered by each persona alone."""
+        c = self.config
+        k = c.data.personas.max_demos
+        counts = bon.mixed_counts(k, RHOS)
+        contexts = {f"rho{rho:g}": m for rho, m in zip(RHOS, counts, strict=True)}
+        group = self.graph["learner"]
+        calls = [group[self.holder[selected]].selection_scores.remote(selected, contexts)]
+        if c.train.ensemble:
+            calls.append(group[self.holder["static_0"]].selection_scores.remote("static_0", {"none": -1}))
+        scores = {}
+        for part in group.wait(calls, "selection_scores"):
+            scores |= {key: np.asarray(v) for key, v in part.items()}
+        data = task_data(c)
+        sel = selection_set(c, data)
+        feats = data.eval_pool.features[sel.candidates]  # (rows, N, attributes)
+        gold = {who: feats @ w for who, w in persona_weights(c).items()}
+        ns = [2 ** i for i in range(int(np.log2(sel.candidates.shape[1])) + 1)]
+        a_ctx, b_ctx = f"rho{RHOS[0]:g}", f"rho{RHOS[-1]:g}"
+        proxies = {"gold itself": gold["a"], "ICRM steered by a (r)": scores[f"r/{a_ctx}"],
+                   "ICRM steered by a (E_q log p)": scores[f"conservative/{a_ctx}"],
+                   "ICRM steered by b (r)": scores[f"r/{b_ctx}"]}
+        if "r/none" in scores:
+            proxies["static RM (r)"] = scores["r/none"]
+        curves = {name: bon.best_of_n(p, gold["a"], ns).tolist() for name, p in proxies.items()}
+        n_all = [sel.candidates.shape[1]]
+
+        def point(p: np.ndarray) -> list[float]:
+            return [float(bon.best_of_n(p, gold[w], n_all)[0]) for w in ("a", "b")]
+
+        mix = [point(scores[f"r/rho{rho:g}"]) for rho in RHOS]
+        scal = [point((1 - rho) * scores[f"r/{a_ctx}"] + rho * scores[f"r/{b_ctx}"]) for rho in RHOS]
+        base = [float(gold["a"][:, 0].mean()), float(gold["b"][:, 0].mean())]
+        static = point(scores["r/none"]) if "r/none" in scores else None
+        ref = np.min(np.array(mix + scal + [base] + ([static] if static else [])), 0)
+        return {"model": selected, "rows": int(sel.candidates.shape[0]), "n": ns,
+                "kl": bon.best_of_n_kl(np.array(ns)).tolist(), "gold_a": curves, "k": k, "rho": list(RHOS),
+                "mix": mix, "scalarised": scal, "base": base, "static": static, "reference": ref.tolist(),
+                "hypervolume": {"mix": bon.hypervolume_2d(np.array(mix), ref),
+                                "scalarised": bon.hypervolume_2d(np.array(scal), ref)}}
 
     # -- ICRM-RL -------------------------------------------------------------------------------------
     def rl_step(self, t: int) -> dict[str, float]:
@@ -263,9 +313,16 @@ class ICRMAlgorithm(Algorithm):
         claim_list = analysis.claims(tab, predictions, truth, selected, lam_one)
         rl_file = run.run_dir / "rl.jsonl"
         records = [json.loads(line) for line in rl_file.read_text().splitlines() if line] if rl_file.is_file() else []
+        bon_file = run.run_dir / "best_of_n.json"
+        picks = json.loads(bon_file.read_text()) if bon_file.is_file() else None
+        if picks:
+            claim_list += analysis.selection_claims(picks)
         claim_list += analysis.rl_claims(records)
-        written = analysis.plots(tab, predictions, truth, selected, run.plots_dir) + analysis.rl_plots(records,
-                                                                                                        run.plots_dir)
+        written = analysis.plots(tab, predictions, truth, selected, run.plots_dir)
+        written += analysis.selection_plots(picks, run.plots_dir) if picks else []
+        written += analysis.rl_plots(records, run.plots_dir)
         summary = {"selected": selected, "validation_ece": eces, "metrics": tab, "claims": claim_list,
-                   "rl": records, "plots": written}
-        return Report(summary, analysis.sections(tab, selected, eces, claim_list, written) + analysis.rl_section(records))
+                   "rl": records, "plots": written, "best_of_n": picks}
+        sections = analysis.sections(tab, selected, eces, claim_list, written)
+        sections += analysis.selection_section(picks) if picks else []
+        return Report(summary, sections + analysis.rl_section(records))

@@ -260,3 +260,88 @@ def rl_section(records: list[dict[str, Any]]) -> list[str]:
              "|---|" + "---|" * len(keys)]
     lines += [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + " |" for r in records]
     return ["\n".join(lines)]
+
+
+# -- selection: best-of-N and the steering front (best_of_n.json) ----------------------------------
+def selection_claims(sel: dict[str, Any]) -> list[dict[str, Any]]:
+    """The selection claims of `ICRM.select`'s record: steering shows in what the model picks."""
+    g = sel["gold_a"]
+    n = sel["n"][-1]
+    a, b = g["ICRM steered by a (r)"][-1], g["ICRM steered by b (r)"][-1]
+    out = [{"claim": f"best-of-{n} on persona a's gold reward: ICRM steered by a's demos picks better than "
+                     "steered by b's",
+            "measured": f"{a:.3f} vs {b:.3f} (gold itself {g['gold itself'][-1]:.3f})", "holds": bool(a > b)}]
+    if "static RM (r)" in g:
+        s = g["static RM (r)"][-1]
+        out.append({"claim": f"best-of-{n} on persona a's gold reward: ICRM steered by a's demos picks better than "
+                             "the static RM",
+                    "measured": f"{a:.3f} vs {s:.3f}", "holds": bool(a > s)})
+    peak = {name: max(c) - c[-1] for name, c in g.items() if name != "gold itself"}
+    out.append({"claim": "over-optimisation: best-of-N gold under each proxy keeps rising to the largest N "
+                         "(no peak then decline at this N; reported either way)",
+                "measured": "drop from peak " + ", ".join(f"{k}: {v:.3f}" for k, v in peak.items()),
+                "holds": bool(all(v < 0.02 for v in peak.values()))})
+    hv = sel["hypervolume"]
+    out.append({"claim": "sweeping the demo mix ρ traces a front whose hypervolume is at least 0.95 of the linear "
+                         "scalarisation of the same ICRM steered by each persona alone",
+                "measured": f"{hv['mix']:.3f} vs {hv['scalarised']:.3f}",
+                "holds": bool(hv["mix"] >= 0.95 * hv["scalarised"])})
+    first, last = sel["mix"][0], sel["mix"][-1]
+    out.append({"claim": "the demo mix steers the pick: ρ = 0 (a's demos) scores higher on a's gold and ρ = 1 "
+                         "(b's demos) higher on b's",
+                "measured": f"ρ=0: a {first[0]:.3f}, b {first[1]:.3f}; ρ=1: a {last[0]:.3f}, b {last[1]:.3f}",
+                "holds": bool(first[0] > last[0] and last[1] > first[1])})
+    return out
+
+
+def selection_plots(sel: dict[str, Any], plots_dir: Path) -> list[str]:
+    """Best-of-N gold against KL (one line per proxy), and the steering front (gold a vs gold b)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    for i, (name, curve) in enumerate(sel["gold_a"].items()):
+        ax.plot(sel["kl"], curve, marker="o", ms=3, color=f"C{i}", label=name,
+                ls="--" if name == "gold itself" else "-")
+    ax.set_xlabel("KL(best-of-N ‖ base) = log N − (N − 1)/N")
+    ax.set_ylabel("persona a's gold reward of the pick")
+    ax.set_title(f"best-of-N over the evaluation pool ({sel['rows']} prompts)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    written = [save_figure(fig, plots_dir / "best_of_n_gold_vs_kl.png")]
+
+    fig, ax = plt.subplots(figsize=(5.6, 4.0))
+    mix, scal = np.asarray(sel["mix"]), np.asarray(sel["scalarised"])
+    ax.plot(mix[:, 0], mix[:, 1], marker="o", color="C0", label="ICRM, demo mix ρ")
+    ax.plot(scal[:, 0], scal[:, 1], marker="s", color="C1", ls="--", label="scalarised (1−ρ) r_a + ρ r_b")
+    for rho, (x, y) in zip(sel["rho"], mix, strict=True):
+        if rho in (0.0, 0.5, 1.0):
+            ax.annotate(f"ρ={rho:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.scatter(*sel["base"], marker="x", color="k", label="base (N = 1)")
+    if sel.get("static"):
+        ax.scatter(*sel["static"], marker="^", color="C2", label="static RM")
+    ax.set_xlabel("persona a's gold reward")
+    ax.set_ylabel("persona b's gold reward")
+    ax.set_title(f"steering by demo mix: best of {sel['n'][-1]}, k = {sel['k']}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    written.append(save_figure(fig, plots_dir / "steering_front.png"))
+    return written
+
+
+def selection_section(sel: dict[str, Any]) -> list[str]:
+    lines = ["## What the reward models pick", "",
+             f"Best-of-N over {sel['n'][-1]} responses of the evaluation pool for each of {sel['rows']} prompts, "
+             "scored by persona a's gold reward wᵀφ (KL = log N − (N − 1)/N).", "",
+             "| N | KL | " + " | ".join(sel["gold_a"]) + " |", "|---|---|" + "---|" * len(sel["gold_a"])]
+    for i, (n, kl) in enumerate(zip(sel["n"], sel["kl"], strict=True)):
+        lines.append(f"| {n} | {kl:.2f} | " + " | ".join(f"{c[i]:.3f}" for c in sel["gold_a"].values()) + " |")
+    lines += ["", f"Steering: ICRM with round(ρ·{sel['k']}) of its demos from persona b; the hypervolume w.r.t. "
+              f"({sel['reference'][0]:.3f}, {sel['reference'][1]:.3f}) is {sel['hypervolume']['mix']:.3f} for the "
+              f"mix and {sel['hypervolume']['scalarised']:.3f} for the scalarisation.", "",
+              "| ρ | mix: gold a | mix: gold b | scalarised: gold a | scalarised: gold b |", "|---|---|---|---|---|"]
+    lines += [f"| {rho:g} | {m[0]:.3f} | {m[1]:.3f} | {s[0]:.3f} | {s[1]:.3f} |"
+              for rho, m, s in zip(sel["rho"], sel["mix"], sel["scalarised"], strict=True)]
+    return ["\n".join(lines)]

@@ -24,7 +24,14 @@ from troupe.algorithms.icrm.judge_baseline import GenerativeJudge, judge_corpus
 from troupe.algorithms.icrm.text import TextICRM, build_backbone_from, build_judge_lm, response_text
 from troupe.envs.preferences.episodes import Episode
 from troupe.envs.preferences.personas import bt_probability, sample_personas
-from troupe.envs.preferences.text_personas import ResponsePool, TextPersonas, pool_episodes, response_pool
+from troupe.envs.preferences.text_personas import (
+    PROMPTS,
+    ResponsePool,
+    TextPersonas,
+    pool_episodes,
+    response_pool,
+)
+from troupe.platform.preference_rows import Comparison
 
 KINDS = ("rm", "judge")
 
@@ -107,6 +114,45 @@ def corpus(cfg: ICRMRunConfig, data: TaskData) -> list[str]:
     texts = [response_text(p, t) for p, t in zip(data.pool.prompts[:4000], data.pool.texts[:4000], strict=False)]
     eps = pool_episodes(data.personas, data.pool, data.train_weights, 200, rng, k=(0, 2))
     return texts + judge_corpus(eps)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionSet:
+    """What best-of-N and the steering front select from (`selection_set`): per row a prompt, N
+    candidate responses and a reference response (indices into the evaluation pool), and k demos
+    of each RL persona drawn from the evaluation pool."""
+
+    prompts: tuple[str, ...]
+    candidates: np.ndarray  # (rows, N)
+    reference: np.ndarray  # (rows,)
+    demos: dict[str, list[tuple[Comparison, ...]]]  # "a" / "b" -> per row, k comparisons
+
+
+SELECT_ROWS, SELECT_N = 64, 64
+
+
+def persona_weights(cfg: ICRMRunConfig) -> dict[str, np.ndarray]:
+    """The RL personas a and b as unit vectors."""
+    return {who: np.asarray(getattr(cfg.rl, f"persona_{who}"), float)
+            / np.linalg.norm(getattr(cfg.rl, f"persona_{who}")) for who in ("a", "b")}
+
+
+def selection_set(cfg: ICRMRunConfig, data: TaskData) -> SelectionSet:
+    """The same `SelectionSet` in the driver and in every actor (seeded by ``data.seed``)."""
+    rng = np.random.default_rng([cfg.data.seed, 4])
+    pool = data.eval_pool
+    cands = np.stack([rng.choice(len(pool), SELECT_N, replace=False) for _ in range(SELECT_ROWS)])
+    prompts = tuple(str(p) for p in rng.choice(PROMPTS, SELECT_ROWS))
+    reference = rng.integers(len(pool), size=SELECT_ROWS)
+    k = cfg.data.personas.max_demos
+    demos = {who: [e.demos for e in pool_episodes(data.personas, pool, w[None], SELECT_ROWS, rng, k=k)]
+             for who, w in persona_weights(cfg).items()}
+    return SelectionSet(prompts, cands, reference, demos)
+
+
+def mixed_demos(sel: SelectionSet, m_b: int) -> list[tuple[Comparison, ...]]:
+    """Per row, the context of k demos whose last ``m_b`` are persona b's and the rest a's."""
+    return [a[:len(a) - m_b] + b[:m_b] for a, b in zip(sel.demos["a"], sel.demos["b"], strict=True)]
 
 
 # -- the actor ---------------------------------------------------------------------------------
@@ -227,6 +273,39 @@ class ICRMLearner:
             self._evals = eval_sets(self.cfg, self.data)
         return {name: {s: {k: fit.predict(eps) for k, (eps, _) in self._evals[s].items()} for s in splits}
                 for name, fit in self.fits.items()}
+
+    @torch.no_grad()
+    def selection_scores(self, name: str, contexts: dict[str, int]) -> dict[str, list[list[float]]]:
+        """Variant ``name``'s scores of every candidate of `selection_set`, one context per entry
+        of ``contexts`` (label → demos of persona b among k, the rest a's; a negative count: no
+        demos): "r/<label>", the reward r(x, y; C), and "conservative/<label>", E_q log p of the
+        candidate against the row's reference. Each (rows, N)."""
+        model = self.fits[name].model
+        if not isinstance(model, TextICRM):
+            raise ValueError(f"variant {name!r} is a {type(model).__name__}, not a reward model")
+        from troupe.algorithms.icrm.posterior import conservative_reward
+
+        model.eval()
+        sel = selection_set(self.cfg, self.data)
+        texts = self.data.eval_pool.texts
+        rows, n = sel.candidates.shape
+        z = model.features([response_text(p, texts[j]) for p, row in zip(sel.prompts, sel.candidates, strict=True)
+                            for j in row], cache=True).view(rows, n, -1)
+        z_ref = model.features([response_text(p, texts[j]) for p, j in zip(sel.prompts, sel.reference, strict=True)])
+        out: dict[str, list[list[float]]] = {}
+        for label, m_b in contexts.items():
+            demos = mixed_demos(sel, m_b) if m_b >= 0 else [()] * rows
+            chosen, rejected, mask = model.context_states(demos)
+
+            def per_candidate(t: torch.Tensor) -> torch.Tensor:
+                return t[:, None].expand(rows, n, *t.shape[1:]).reshape(rows * n, *t.shape[1:])
+
+            o = model.icrm({"demo_chosen": per_candidate(chosen), "demo_rejected": per_candidate(rejected),
+                            "demo_mask": per_candidate(mask), "query_a": z.reshape(rows * n, -1),
+                            "query_b": per_candidate(z_ref)})
+            out[f"r/{label}"] = o["r_a"].view(rows, n).tolist()
+            out[f"conservative/{label}"] = conservative_reward(o["alpha"], o["beta"]).view(rows, n).tolist()
+        return out
 
     def save_model(self, name: str, path: str) -> str:
         """Write variant ``name``'s model where a reward actor loads it (`TextICRM.save`)."""
