@@ -153,3 +153,40 @@ def test_greedy_decoding_applies_the_repetition_penalty_and_reports_its_logprobs
     assert torch.allclose(lp[m], batch["logprobs"][m], atol=1e-4)
     learner = Learner(tiny_model_dir, {"lr": 1e-2}, sampling=sampling, max_len=6)
     assert torch.allclose(learner.logprobs(batch)[m], batch["logprobs"][m], atol=1e-4)
+
+
+# -- ε-greedy exploration ------------------------------------------------------------------------
+def test_explore_mixes_the_argmax_with_the_distribution_exactly():
+    # p = (0.5, 0.3, 0.2), ε = 0.2: (0.8 + 0.1, 0.06, 0.04)
+    assert close(logprobs_of([0.5, 0.3, 0.2], explore=0.2), [math.log(0.9), math.log(0.06), math.log(0.04)])
+    assert close(logprobs_of([0.5, 0.3, 0.2], explore=1.0), [math.log(0.5), math.log(0.3), math.log(0.2)])
+    # applied after truncation: top-k 2 keeps (0.625, 0.375), then the mixture; -inf stays -inf
+    got = logprobs_of([0.5, 0.3, 0.2], top_k=2, explore=0.5)
+    assert close(got, [math.log(0.5 + 0.3125), math.log(0.1875), -INF])
+    assert not is_identity(SamplingConfig(explore=0.1)) and is_identity(SamplingConfig())
+
+
+def test_explore_needs_a_temperature_and_is_refused_by_vllm():
+    with pytest.raises(ConfigError, match=r"'rollout\.sampling\.explore'.*temperature"):
+        SamplingConfig(temperature=0, explore=0.1)
+    with pytest.raises(ConfigError, match=r"'rollout\.sampling\.explore'"):
+        SamplingConfig(explore=1.5)
+    with pytest.raises(ConfigError, match="rollout.sampling.explore=0.1.*rollout.backend=hf"):
+        sampling_kwargs(SamplingConfig(explore=0.1), 1, seed=0, eos_id=2)
+
+
+@pytest.mark.timeout(120)
+def test_explore_rollouts_mostly_follow_the_argmax_with_the_mixtures_logprobs(tiny_model_dir):
+    engine = HFRolloutEngine(tiny_model_dir)
+    sampling = SamplingConfig(temperature=1.0, explore=0.1, max_new_tokens=6)
+    batch = engine.generate(PROMPTS * 4, sampling, seed=3)
+    m = batch["completion_mask"].bool()
+    logits = raw_logits(engine.model, batch)
+    # about 1 - ε + ε·p_max of tokens are the argmax; at T = 1 the untrained model's 384 tokens
+    # would almost never give one
+    share = (logits.argmax(-1) == batch["completion_ids"])[m].float().mean().item()
+    assert share > 0.75
+    lp = torch.log_softmax(process_logits(logits, sampling), -1).gather(-1, batch["completion_ids"].unsqueeze(-1))
+    assert torch.allclose(lp.squeeze(-1)[m], batch["logprobs"][m], atol=1e-4)
+    learner = Learner(tiny_model_dir, {"lr": 1e-2}, sampling=to_dict(sampling), max_len=6)
+    assert torch.allclose(learner.logprobs(batch)[m], batch["logprobs"][m], atol=1e-4)

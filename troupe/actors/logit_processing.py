@@ -2,7 +2,8 @@
 
 `process_logits` turns a causal LM's logits into those of the distribution the engines draw
 tokens from, in vLLM's order: repetition penalty, temperature, min-p, top-k, top-p (each
-truncation renormalises what the previous ones kept). The hf engine samples through it, its
+truncation renormalises what the previous ones kept), then the hf engine's ε-greedy mixture
+(``explore``: (1 − ε)·1[argmax] + ε·p, an exploring roll-in whose log-probs stay exact). The hf engine samples through it, its
 log-probs are the log-softmax of its output, and the learner and the scorers recompute them with
 it (`troupe.actors.logprobs`), so π_old, π and π_ref are log-probs of one processed distribution.
 
@@ -40,10 +41,22 @@ def truncates(sampling: SamplingConfig) -> bool:
     return sampling.temperature > 0 and (sampling.top_k > 0 or sampling.top_p < 1.0 or sampling.min_p > 0)
 
 
+def epsilon_greedy(logits: torch.Tensor, explore: float) -> torch.Tensor:
+    """Logits of (1 − ε)·1[token = argmax] + ε·softmax(logits): the most likely token with
+    probability 1 − ε, else a draw from the distribution (ε = ``explore``). -inf stays -inf."""
+    logp = torch.log_softmax(logits, -1)
+    if explore >= 1.0:
+        return logp
+    top = logits.argmax(-1, keepdim=True)
+    mixed = logp + torch.log(torch.as_tensor(explore, dtype=logp.dtype, device=logp.device))
+    at_top = torch.logaddexp(mixed.gather(-1, top), torch.log1p(torch.as_tensor(-explore, dtype=logp.dtype)))
+    return mixed.scatter(-1, top, at_top)
+
+
 def is_identity(sampling: SamplingConfig) -> bool:
     """Whether `process_logits` leaves the logits as they are."""
     return (sampling.repetition_penalty == 1.0 and sampling.temperature in (0.0, 1.0)
-            and not truncates(sampling))
+            and not truncates(sampling) and not sampling.explore)
 
 
 def prompt_tokens(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -114,8 +127,8 @@ def process_logits(logits: torch.Tensor, sampling: SamplingConfig, seen: torch.T
         z = z.div_(sampling.temperature) if inplace else z / sampling.temperature
         inplace = True
     drop = dropped_tokens(z, sampling)
-    if drop is None:
-        return z
-    if keep is not None:
-        drop.scatter_(-1, keep.unsqueeze(-1), False)
-    return z.masked_fill_(drop, float("-inf")) if inplace else z.masked_fill(drop, float("-inf"))
+    if drop is not None:
+        if keep is not None:
+            drop.scatter_(-1, keep.unsqueeze(-1), False)
+        z = z.masked_fill_(drop, float("-inf")) if inplace else z.masked_fill(drop, float("-inf"))
+    return epsilon_greedy(z, sampling.explore) if sampling.explore else z

@@ -168,6 +168,8 @@ def check_config(cfg: Any) -> None:
           "role's share, so a larger one takes memory Ray gave to other roles; lower it or raise rollout.num_gpus")
     dtype = engine_dtype(rc)
     check(dtype in DTYPES, "rollout.dtype", rc.dtype, f"one of {DTYPES}, or null for {DEFAULT_DTYPE}")
+    check(not getattr(rc.sampling, "explore", 0), "rollout.sampling.explore", rc.sampling.explore,
+          "0 with rollout.backend=vllm (its samplers have no ε-greedy mixture), or rollout.backend=hf")
     if dtype != lc.dtype and not lc.recompute_old_logprobs:
         raise ConfigError(
             f"config key 'learner.recompute_old_logprobs' = False is not allowed with rollout.backend=vllm in "
@@ -210,6 +212,9 @@ def row_seeds(seed: int | None, n: int) -> list[int | None]:
 
 def sampling_kwargs(sampling: SamplingConfig, n: int, seed: int | None, eos_id: int | None) -> list[dict[str, Any]]:
     """Arguments of ``vllm.SamplingParams`` for each of ``n`` rows (stop strings are applied afterwards)."""
+    if sampling.explore:
+        raise ConfigError(f"rollout.sampling.explore={sampling.explore}: the vllm engine has no ε-greedy mixture; "
+                          "set it to 0 or use rollout.backend=hf")
     # top_k=0, min_p=0 and repetition_penalty=1 are vLLM's own "off" values too.
     base: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                             "min_p": sampling.min_p, "repetition_penalty": sampling.repetition_penalty,

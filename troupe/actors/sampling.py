@@ -18,6 +18,9 @@ class SamplingConfig:
     top_k: int = 0  # the k most likely tokens; 0 = off
     min_p: float = 0.0  # tokens with p >= min_p · p_max; 0 = off
     repetition_penalty: float = 1.0  # CTRL's, on prompt and generated tokens; 1 = off
+    # ε-greedy, applied last: with probability 1 − ε the most likely token of the distribution
+    # above, else a draw from it; log-probs are the mixture's. 0 = off; needs temperature > 0.
+    explore: float = 0.0
     max_new_tokens: int = 32
     stop: list[str] = dataclasses.field(default_factory=list)
 
@@ -28,6 +31,10 @@ class SamplingConfig:
         check(0 <= self.min_p <= 1, "rollout.sampling.min_p", self.min_p, "a number in [0, 1] (0 = off)")
         check(self.repetition_penalty > 0, "rollout.sampling.repetition_penalty", self.repetition_penalty,
               "a number > 0 (1 = off; > 1 discourages repeats)")
+        check(0 <= self.explore <= 1, "rollout.sampling.explore", self.explore, "a probability in [0, 1] (0 = off)")
+        check(self.explore == 0 or self.temperature > 0, "rollout.sampling.explore", self.explore,
+              "0 when greedy: ε-greedy draws with probability ε from the tempered distribution, so set "
+              "rollout.sampling.temperature > 0 (1: the model's own)")
         check(self.max_new_tokens >= 1, "rollout.sampling.max_new_tokens", self.max_new_tokens, "an integer >= 1")
 
     def greedy(self) -> SamplingConfig:

@@ -22,7 +22,8 @@ def _evals(run_dir):
 @pytest.mark.timeout(900)
 def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache, tmp_path):
     full = tmp_path / "full"
-    with Run("opd", preset="smoke", overrides=FAST, out=full) as r:
+    # the NE-OPD arm rolls in ε-greedy: exploring, seeded, and resumed exactly like the rest
+    with Run("opd", preset="smoke", overrides=[*FAST, "opd.explore=0.1"], out=full) as r:
         r.run()
     for name in ("report.md", "summary.json", "eval.json", "config.yaml", "metrics.jsonl",
                  "plots/success_vs_h_greedy.png", "plots/success_vs_h_t1.png"):
@@ -61,6 +62,7 @@ def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache,
     ("teacher.noise.kernel=topk teacher.noise.top_k=5000", "teacher.noise.top_k=5000 is larger than the vocabulary"),
     ("opd.methods=[bc,dagger]", "opd.methods"),
     ("opd.horizons=[2]", "opd.horizons"),
+    ("opd.explore=1.0", "opd.explore"),
     ("opd.teacher_tokens=3", "opd.teacher_tokens=3 is less than one episode"),
     ("teacher.path=/nonexistent/teacher", "teacher.path"),
     ("teacher.path=tiny teacher.model.sft.steps=1 teacher.model.tiny.vocab_size=259",

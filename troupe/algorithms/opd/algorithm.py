@@ -122,10 +122,13 @@ class OPD(Algorithm):
         for p in self.policies.values():
             p.setup(graph)
 
-    def _sampling(self, temperature: float, horizon: int) -> SamplingConfig:
+    def _sampling(self, temperature: float, horizon: int, explore: float = 0.0) -> SamplingConfig:
         """The rollout's sampling at ``temperature``, with room for one answer and its end token
-        (an answer can be no longer, and a student that never stops costs no more)."""
-        return dataclasses.replace(self.config.rollout.sampling, temperature=temperature,
+        (an answer can be no longer, and a student that never stops costs no more). ``explore``:
+        ε-greedy, the argmax with probability 1 − ε, else a draw at ``temperature`` (1 if 0)."""
+        if explore:
+            temperature = temperature or 1.0
+        return dataclasses.replace(self.config.rollout.sampling, temperature=temperature, explore=explore,
                                    max_new_tokens=self.max_tokens(horizon))
 
     def max_tokens(self, horizon: int) -> int:
@@ -141,9 +144,9 @@ class OPD(Algorithm):
             if m.data != "offline" and step < c.query_steps(h):
                 rows = self.tasks[h].train_rows(c.opd.prompts_per_step,
                                                 np.random.default_rng(step_seed(c.run.seed, step, f"rows/{arm}")))
-                temperature = 1.0 if m.roll == "sample" else c.opd.roll_temperature
-                rollouts[arm] = self.policies[arm].rollout([r["prompt"] for r in rows], rows,
-                                                           self._sampling(temperature, h),
+                sampling = (self._sampling(1.0, h) if m.roll == "sample"
+                            else self._sampling(c.opd.roll_temperature, h, c.opd.explore))
+                rollouts[arm] = self.policies[arm].rollout([r["prompt"] for r in rows], rows, sampling,
                                                            step_seed(c.run.seed, step, f"roll/{arm}"), score=False)
         updates = {}
         for arm, method, h in self.arms:

@@ -97,6 +97,9 @@ class OPDSettings:
     batch_size: int = 64  # rows per update drawn from an offline or aggregated data set
     kd_temperature: float = 0.3  # seq_kd's teacher temperature [ASM]
     roll_temperature: float = 0.0  # NE-OPD's roll-in: 0 greedy, or a low temperature (§B.2: <= 0.3) to explore
+    # NE-OPD's roll-in, ε-greedy [ASM, 0.05 optional]: a token drawn from the student (at
+    # roll_temperature, or 1 if that is 0) with probability ε, else its argmax
+    explore: float = 0.0
     jsd_beta: float = 0.5  # gkd_jsd's β
     buffer_capacity: int = 0  # rows an aggregated data set keeps per arm (oldest dropped); 0 = all
     # Teacher tokens each arm may use; 0: run.steps × prompts_per_step × (answer + end token).
@@ -115,6 +118,7 @@ class OPDSettings:
         check(self.kd_temperature > 0, "opd.kd_temperature", self.kd_temperature, "a number > 0")
         check(0 <= self.roll_temperature <= 1, "opd.roll_temperature", self.roll_temperature,
               "a number in [0, 1] (0: greedy roll-in)")
+        check(0 <= self.explore < 1, "opd.explore", self.explore, "a probability in [0, 1) (0: no exploration)")
         check(0 <= self.jsd_beta <= 1, "opd.jsd_beta", self.jsd_beta, "a number in [0, 1]")
         check(self.buffer_capacity >= 0, "opd.buffer_capacity", self.buffer_capacity, "an integer >= 0 (0 = all)")
         check(self.teacher_tokens >= 0, "opd.teacher_tokens", self.teacher_tokens,
