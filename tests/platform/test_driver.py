@@ -191,3 +191,78 @@ def test_a_run_inside_a_jobs_temporary_working_directory_is_warned_about(tmp_pat
             "walk_test", overrides=["run.progress=false", f"run.out=file://{tmp_path}/shared"]) as run:
         run.run()
     assert "temporary working directory" not in caplog.text
+
+
+def _comparable_rows(run_dir):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")}
+            for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
+
+
+def _killed_while_writing_checkpoint(run_dir, steps_before):
+    """A walk_test run that dies while writing the checkpoint due after ``steps_before`` steps, as
+    a SIGKILL leaves it: the checkpoint's temporary folder half written, nothing moved into place."""
+    from troupe.platform.checkpoint import CheckpointDir
+
+    class Killed(BaseException):
+        pass
+
+    with Run("walk_test", out=run_dir, overrides=["run.progress=false", "run.steps=6"]) as run:
+        def killed_mid_write():
+            tmp = CheckpointDir(run.ctx.checkpoints_dir).temporary(run.step_index)
+            run.algo.save(tmp)  # the algorithm's files written; driver.json never is
+            raise Killed
+
+        run.evaluate()  # as `run` does first
+        for _ in range(steps_before - 1):
+            run.step()
+        run.checkpoint = killed_mid_write
+        with pytest.raises(Killed):
+            run.step()  # its metrics and the evaluation due with it are logged, then the kill
+
+
+def test_resume_of_a_run_killed_while_writing_its_first_checkpoint_starts_again_from_step_0(tmp_path):
+    with Run("walk_test", out=tmp_path / "full", overrides=["run.progress=false", "run.steps=6"]) as run:
+        run.run()
+    part = tmp_path / "part"
+    _killed_while_writing_checkpoint(part, steps_before=2)
+    ckpts = part / "checkpoints"
+    assert [p.name for p in ckpts.iterdir()][0].startswith(".step-00000002.")  # only the half-written one
+    assert [r["step"] for r in _comparable_rows(part)] == [0, 0, 1, 2]
+
+    with Run("walk_test", resume=part) as run:
+        assert run.step_index == 0 and run.algo.position == 0.0
+        assert not list(ckpts.glob(".step-*"))  # the temporary folder is gone
+        assert not (part / "metrics.jsonl").read_text()  # its rows are redone from the start
+        summary = run.run()
+    assert _comparable_rows(part) == _comparable_rows(tmp_path / "full")
+    assert summary["restarts"] == 1 and summary["resumes"] == 1 and summary["final_position"] == 6.0
+    assert json.loads((part / "summary.json").read_text())["restarts"] == 1
+    assert "started again from step 0" in (part / "report.md").read_text()
+    assert (ckpts / "latest").read_text().strip() == "step-00000006"
+
+
+def test_troupe_run_resume_of_a_run_with_no_complete_checkpoint_starts_it_again(tmp_path):
+    part = tmp_path / "part"
+    _killed_while_writing_checkpoint(part, steps_before=2)
+    assert main(["run", "walk_test", "--resume", str(part)]) == 0
+    assert json.loads((part / "summary.json").read_text())["final_position"] == 6.0
+    assert [r["step"] for r in _comparable_rows(part) if "position" in r] == [0, 1, 2, 3, 4, 5]
+
+
+def test_every_resume_removes_stale_temporary_checkpoints_and_the_report_counts_it(tmp_path):
+    with Run("walk_test", out=tmp_path / "full", overrides=["run.progress=false", "run.steps=6"]) as run:
+        run.run()
+    part = tmp_path / "part"
+    _killed_while_writing_checkpoint(part, steps_before=4)  # the checkpoint at 2 is complete
+    assert sorted(p.name[:15] for p in (part / "checkpoints").glob(".step-*")) == [".step-00000004."]
+    with Run("walk_test", resume=part) as run:
+        assert run.step_index == 2 and run.algo.position == 2.0
+        assert not list((part / "checkpoints").glob(".step-*"))
+        summary = run.run()
+    assert _comparable_rows(part) == _comparable_rows(tmp_path / "full")
+    assert summary["resumes"] == 1 and summary["restarts"] == 0
+    report = (part / "report.md").read_text()
+    assert "Resumed 1 time (from step 2)." in report and "started again" not in report
+    (part / "report.md").unlink()
+    assert main(["report", str(part)]) == 0  # a rebuilt report counts it too
+    assert "Resumed 1 time (from step 2)." in (part / "report.md").read_text()

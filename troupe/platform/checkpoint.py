@@ -95,7 +95,7 @@ class CheckpointDir:
         """Call ``fill(tmp_dir)`` to write the files, then move the folder into place atomically."""
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"step-{step:08d}"
-        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".step-{step:08d}.", suffix=".tmp"))
+        tmp = self.temporary(step)
         try:
             fill(tmp)
             _fsync_dir(tmp)
@@ -108,6 +108,24 @@ class CheckpointDir:
         atomic_write_text(self.root / "latest", final.name + "\n")
         self._prune()
         return final
+
+    def temporary(self, step: int) -> Path:
+        """A new temporary folder for the checkpoint of ``step`` (``.step-<N>.<random>.tmp``),
+        where `write` puts the files before it moves the folder into place."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(dir=self.root, prefix=f".step-{step:08d}.", suffix=".tmp"))
+
+    def partials(self) -> list[Path]:
+        """The temporary folders that a writer killed mid-write left behind."""
+        return sorted(self.root.glob(".step-*.tmp"))
+
+    def remove_partials(self) -> list[str]:
+        """Remove every temporary folder left by a crash mid-write; return their names."""
+        names = []
+        for stale in self.partials():
+            shutil.rmtree(stale, ignore_errors=True)
+            names.append(stale.name)
+        return names
 
     def latest(self) -> Path | None:
         pointer = self.root / "latest"
@@ -126,8 +144,7 @@ class CheckpointDir:
         done = sorted(p for p in self.root.glob("step-*") if p.is_dir())
         for old in done[: max(0, len(done) - self.keep)]:
             shutil.rmtree(old, ignore_errors=True)
-        for stale in self.root.glob(".step-*.tmp"):  # left by a crash mid-write
-            shutil.rmtree(stale, ignore_errors=True)
+        self.remove_partials()
 
 
 def build_directory(final: str | Path, build: Callable[[Path], Any]) -> Any:

@@ -27,7 +27,7 @@ from troupe.platform.errors import ConfigError
 from troupe.platform.metrics import MetricsLog, read_metrics
 from troupe.platform.placement import ActorGraph
 from troupe.platform.registry import ALGORITHMS
-from troupe.platform.report import write_report
+from troupe.platform.report import record_resume, resume_counts, write_report
 from troupe.platform.run import RunContext
 from troupe.platform.storage import RemoteRunDir, is_uri, join, staging_dir
 from troupe.platform.trackers import build_trackers
@@ -167,9 +167,23 @@ class Run:
                 self._started_ray = True
 
     def _restore(self) -> None:
-        ckpt = CheckpointDir(self.ctx.checkpoints_dir).latest()
+        """Restore the last complete checkpoint; with none (a run killed before or while writing
+        its first one), start again from step 0 in the same directory. Either way, the temporary
+        folders a crash mid-write left are removed and the resume is recorded for the report."""
+        ckpts = CheckpointDir(self.ctx.checkpoints_dir)
+        removed = ckpts.remove_partials()
+        if removed:
+            log.info("removed %d temporary checkpoint folder(s) left by a crash mid-write: %s",
+                     len(removed), ", ".join(removed))
+        ckpt = ckpts.latest()
         if ckpt is None:
-            raise ConfigError(f"--resume {str(self.run_dir)!r}: no checkpoint in {self.ctx.checkpoints_dir}")
+            # What the killed run logged is redone from the start (its evaluation at 0 too).
+            self.metrics.truncate_after(-1)
+            self.ctx.resumed_from_step = 0
+            log.warning("--resume %s: no complete checkpoint in %s; starting again from step 0 in the same "
+                        "directory", self.run_dir, self.ctx.checkpoints_dir)
+            record_resume(self.run_dir, 0, None, removed)
+            return
         import json
 
         state = json.loads((ckpt / "driver.json").read_text())
@@ -180,6 +194,7 @@ class Run:
         _set_rng_state(state["rng"])
         self.metrics.truncate_after(self.step_index)
         self.ctx.resumed_from_step = self.step_index
+        record_resume(self.run_dir, self.step_index, ckpt.name, removed)
         log.info("resumed %s at step %d from %s", self.name, self.step_index, ckpt)
 
     # -- the loop ------------------------------------------------------------------
@@ -254,6 +269,7 @@ class Run:
         report = self.cls.report(self.config, self.ctx, history)
         summary = dict(report.summary)
         summary.setdefault("faults", self.faults)
+        summary.update(resume_counts(self.run_dir))  # the --resumes of this run directory, restarts among them
         summary["wall_s"] = round(time.monotonic() - self._t0, 2)
         summary["run_dir"] = self.location
         write_report(self.run_dir, self.name, cfglib.to_dict(self.config), summary, report.sections)

@@ -13,8 +13,33 @@ from typing import Any
 from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
 from troupe.platform.metrics import read_metrics
 
+RESUMES = "resumes.json"  # one entry per --resume of the run, kept in its directory
+
 # Metrics drawn first and named in the summary table, when an algorithm logs them.
 HEADLINE = ("reward/mean", "eval/accuracy", "eval/reward", "loss/policy", "kl/ref")
+
+
+def record_resume(run_dir: Path, from_step: int, checkpoint: str | None, removed: list[str]) -> None:
+    """Add a ``--resume`` to the run directory's record: the step it went on from, the
+    checkpoint it restored (None: there was none, so it started again from step 0) and the
+    temporary checkpoint folders it removed."""
+    entries = read_resumes(run_dir)
+    entries.append({"from_step": from_step, "checkpoint": checkpoint, "removed_partials": list(removed)})
+    atomic_write_json(Path(run_dir) / RESUMES, entries)
+
+
+def read_resumes(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / RESUMES
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def resume_counts(run_dir: Path) -> dict[str, int]:
+    """``{"resumes": N, "restarts": M}`` (M of the N started again from step 0, with no
+    checkpoint to restore); ``{}`` for a run never resumed."""
+    entries = read_resumes(run_dir)
+    if not entries:
+        return {}
+    return {"resumes": len(entries), "restarts": sum(e.get("checkpoint") is None for e in entries)}
 
 
 def series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -122,12 +147,12 @@ def write_report(
     first, last = first_values(history), last_values(history)
     trained = [r["step"] for r in history if any(k != "step" and not k.startswith("eval/") for k in r)]
     summary = {"algorithm": algorithm, "steps": max(trained, default=-1) + 1,
-               "first": first, "final": last, **summary}
+               "first": first, "final": last, **summary, **resume_counts(run_dir)}
     atomic_write_json(run_dir / "summary.json", summary)
 
     # Top-down as a person reads it: the algorithm's result and claims, the plots, then every metric.
     lines = [f"# {algorithm} run: `{run_dir.name}`", ""]
-    lines += [f"Steps logged: {summary['steps']}. Faults: {summary.get('faults', 0)}.", ""]
+    lines += [f"Steps logged: {summary['steps']}. Faults: {summary.get('faults', 0)}." + _resumes_line(run_dir), ""]
     for section in sections or []:
         lines += [section.rstrip(), ""]
     # Every PNG in plots/ (the algorithm's own too) that a section has not already shown.
@@ -148,6 +173,19 @@ def write_report(
     path = run_dir / "report.md"
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+def _resumes_line(run_dir: Path) -> str:
+    entries = read_resumes(run_dir)
+    if not entries:
+        return ""
+    steps = ", ".join(str(e["from_step"]) for e in entries)
+    restarts = sum(e.get("checkpoint") is None for e in entries)
+    text = f" Resumed {len(entries)} time{'s' if len(entries) > 1 else ''} (from step {steps})"
+    if restarts:
+        text += (f"; {restarts} of them started again from step 0 in the same directory, "
+                 "with no complete checkpoint to restore")
+    return text + "."
 
 
 def _plot_order(stem: str) -> tuple[int, str]:
