@@ -249,6 +249,24 @@ class ICRMLearner:
         self.data = task_data(cfg)
         self.fits = {v.name: _Fit(v, cfg, backbone_path, self.data) for v in variants}
         self._evals: dict | None = None
+        self._share_states()
+
+    def _share_states(self) -> None:
+        """One cache of response states for every frozen-backbone model of this actor, filled at
+        once with every (prompt, response) text the training episodes can draw. The models load
+        the same backbone and fit the same standardiser on the same texts, so their states are
+        the same: each would otherwise encode the whole pool again, piecemeal, as its episodes
+        first met each text."""
+        models = [f.model for f in self.fits.values() if isinstance(f.model, TextICRM) and not f.model.train_backbone]
+        if not models:
+            return
+        shared = models[0]._states
+        for m in models[1:]:
+            m._states = shared
+        texts = [response_text(p, t) for p in PROMPTS for t in self.data.pool.texts]
+        with torch.no_grad():
+            for lo in range(0, len(texts), 512):
+                models[0].encode(texts[lo:lo + 512], cache=True)
 
     def names(self) -> list[str]:
         return list(self.fits)
