@@ -95,6 +95,7 @@ class Run:
         self._last_eval: int | None = None
         self._last_checkpoint: int | None = None
         self._started_ray = False
+        self._local_cluster = False  # Ray started here, a cluster of this machine alone: nothing can grow
         self._t0 = time.monotonic()
         self._last_push = self._t0
 
@@ -134,7 +135,8 @@ class Run:
             self._prepare()
             self._init_ray(rc)
             self.graph = ActorGraph(self.algo.roles(), rc.placement_timeout_s, rc.call_timeout_s,
-                                    node_types=rc.node_types, request_resources=rc.request_resources).start()
+                                    node_types=rc.node_types, request_resources=rc.request_resources,
+                                    can_grow=False if self._local_cluster else None).start()
             self.algo.setup(self.graph)
             if self.resume_dir is not None:
                 self._restore()
@@ -164,6 +166,7 @@ class Run:
                     ray.init(**kwargs)
                 else:
                     ray.init(address="local", num_cpus=rc.num_cpus, include_dashboard=False, **kwargs)
+                    self._local_cluster = True
                 self._started_ray = True
 
     def _restore(self) -> None:
@@ -314,7 +317,7 @@ class Run:
             import ray
 
             ray.shutdown()
-            self._started_ray = False
+            self._started_ray = self._local_cluster = False
         if self.remote is not None and self.run_dir.exists():
             try:  # what the run wrote after its last push (the trackers' last records, a crash's metrics)
                 self.remote.push(self.run_dir)

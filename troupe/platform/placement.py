@@ -10,6 +10,10 @@ some node the cluster *can* have (``node_types``, e.g. a cluster YAML's node typ
 nodes alive now); a bundle that fits none would stay pending forever, so it is an error
 (`PlacementInfeasible`) naming the bundle and the largest offer. It can ask the autoscaler for
 every bundle ahead (``request_resources``) and clears that request at `ActorGraph.shutdown`.
+On a cluster that cannot grow (no autoscaler: the local cluster `troupe run` starts, or a fixed
+cluster whose autoscaler only mirrors the nodes it has), bundles that can never all fit (one
+larger than every node, or more of a resource than the whole cluster has) are
+`PlacementInfeasible` at once instead of a wait of ``timeout_s``.
 While groups are pending it logs what is pending every ``report_every_s``, with what the
 autoscaler is launching; after ``timeout_s`` it removes the groups and raises
 `PlacementTimeout` naming the bundles it could not get and what the cluster has.
@@ -139,6 +143,39 @@ def infeasible_groups(
     return lines
 
 
+def overcommitted(plan: Mapping[str, Sequence[Mapping[str, float]]], total: Mapping[str, float]) -> list[str]:
+    """One line per resource that the bundles of ``plan`` together ask more of than ``total``
+    (a cluster's whole resources) holds: then they can never all be placed at once."""
+    eps = 1e-9
+    need: dict[str, float] = {}
+    for bundles in plan.values():
+        for b in bundles:
+            for k, v in b.items():
+                need[k] = need.get(k, 0.0) + float(v)
+    return [f"{k}: {fmt_amount(v)} needed by all bundles together, the whole cluster has "
+            f"{fmt_amount(float(total.get(k, 0.0)))}" for k, v in need.items() if v > float(total.get(k, 0.0)) + eps]
+
+
+def can_grow_from_report(report: Mapping[str, Any] | None) -> bool | None:
+    """Whether an autoscaler status report (`ray_internal.autoscaling_status`'s
+    ``autoscaler_report``) shows a cluster that can add nodes: False when every node has the
+    anonymous type ``node_<id>`` that Ray gives the nodes of a cluster with no autoscaling config
+    (its autoscaler only mirrors them), True when a node has a configured type, None when no
+    report says (none published yet, or a format Ray no longer uses)."""
+    mapping = (report or {}).get("node_type_mapping")
+    if not mapping or not isinstance(mapping, Mapping):
+        return None
+    return any(str(t) != f"node_{n}" for n, t in mapping.items())
+
+
+def cluster_can_grow() -> bool | None:
+    """`can_grow_from_report` for the connected cluster (None when its status cannot be read)."""
+    try:
+        return can_grow_from_report(ray_internal.autoscaling_status().get("autoscaler_report"))
+    except Exception:  # not connected, or a status Ray no longer publishes: assume it may grow
+        return None
+
+
 def fmt_amount(v: float) -> str:
     """``2`` for a whole amount, else ``0.5``."""
     return str(int(round(v))) if math.isclose(v, round(v)) else f"{v:g}"
@@ -205,6 +242,10 @@ class ActorGraph:
         request_resources: ask the autoscaler for every bundle before waiting, so that it
             launches all the nodes at once; the request is cleared at `shutdown`. An
             autoscaler keeps one such request per cluster: the last caller's wins.
+        can_grow: whether the cluster can add nodes. False (e.g. a local cluster the caller
+            started) makes bundles that can never all fit an error at once; None asks the
+            cluster's autoscaler status (`cluster_can_grow`) and waits when it cannot tell.
+            ``node_types`` imply True.
         report_every_s: how often to log what is still pending while waiting.
     """
 
@@ -216,6 +257,7 @@ class ActorGraph:
         *,
         node_types: Mapping[str, Mapping[str, float]] | None = None,
         request_resources: bool = False,
+        can_grow: bool | None = None,
         report_every_s: float = 15.0,
     ) -> None:
         names = [r.name for r in roles]
@@ -226,6 +268,7 @@ class ActorGraph:
         self.call_timeout_s = call_timeout_s
         self.node_types = {k: dict(v) for k, v in (node_types or {}).items()}
         self.request_resources = request_resources
+        self.can_grow = can_grow
         self.report_every_s = report_every_s
         self.placement_groups: dict[str, Any] = {}
         self.groups: dict[str, ActorGroup] = {}
@@ -255,6 +298,8 @@ class ActorGraph:
         strategies = {(r.colocate or r.name): r.strategy for r in self.roles}
         if self.node_types:
             self._check_feasible(plan, strategies)
+        elif not self._may_grow():
+            self._check_fits_now(plan, strategies)
         if self.request_resources:
             _request_resources([b for bundles in plan.values() for b in bundles])
             self._requested = True
@@ -274,6 +319,28 @@ class ActorGraph:
                 + "; ".join(f"{n} {fmt_bundle(r)}" for n, r in shapes.items())
                 + ".\nLower the roles' num_cpus/num_gpus, or add a node type that holds them."
             )
+
+    def _may_grow(self) -> bool:
+        """Whether waiting can help: the cluster may add nodes (also when its status cannot tell)."""
+        return self.can_grow if self.can_grow is not None else cluster_can_grow() is not False
+
+    def _check_fits_now(self, plan: dict[str, list[dict[str, float]]], strategies: dict[str, str]) -> None:
+        """On a cluster that cannot grow: raise `PlacementInfeasible` if the bundles can never all
+        fit its nodes (the message `_wait_placed` gives after its timeout, given at once)."""
+        import ray
+
+        total = ray.cluster_resources()
+        nodes = live_node_types()
+        reasons = infeasible_groups(plan, strategies, nodes) + overcommitted(plan, total)
+        if not reasons:
+            return
+        lines = [f"  group {k!r}: bundles {plan[k]} (strategy {strategies[k]})" for k in plan]
+        raise PlacementInfeasible(
+            "placement groups can never be granted on this cluster, which has no autoscaler to add nodes:\n"
+            + "\n".join(lines) + "\n  " + "\n  ".join(reasons)
+            + f"\ncluster total: {_fmt_resources(total)}; available: {_fmt_resources(ray.available_resources())}.\n"
+            + unplaced_fixes(plan)
+        )
 
     def _wait_placed(self, plan: dict[str, list[dict[str, float]]], strategies: dict[str, str]) -> None:
         import ray
@@ -298,8 +365,7 @@ class ActorGraph:
                     + "\n".join(lines)
                     + f"\ncluster total: {_fmt_resources(total)}; available: {_fmt_resources(available)}.\n"
                     + (f"{activity}.\n" if activity else "")
-                    + "Lower the roles' num_cpus/num_gpus or counts, add nodes (an autoscaling cluster "
-                    "grows on pending groups), or raise run.placement_timeout_s."
+                    + unplaced_fixes(plan) + " Or raise run.placement_timeout_s."
                 )
             if now - last_report >= self.report_every_s:
                 last_report = now
@@ -369,6 +435,14 @@ class ActorGraph:
                 pass
         self.groups.clear()
         self.placement_groups.clear()
+
+
+def unplaced_fixes(plan: Mapping[str, Sequence[Mapping[str, float]]]) -> str:
+    """What a user can do about bundles that are not granted, the laptop's fix among them."""
+    cpus = sum(float(b.get("CPU", 0.0)) for bundles in plan.values() for b in bundles)
+    return ("Lower the roles' num_cpus/num_gpus or counts, or add nodes (an autoscaling cluster grows on pending "
+            f"groups); on a laptop, run.num_cpus={max(1, math.ceil(cpus - 1e-9))} gives the local cluster that "
+            "troupe run starts enough CPUs for every bundle (its actors then share the cores).")
 
 
 def live_node_types() -> dict[str, dict[str, float]]:
