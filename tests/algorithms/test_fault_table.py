@@ -1,0 +1,224 @@
+"""The README's fault table, row by row: each fault injected into a real GRPO smoke run (the HF
+engine, the config keys a user sets), and every metric but the timings and the fault count
+compared with one uninterrupted run of the same config.
+
+The faults are injected by wrapping the real components (an engine's `generate`, the reward
+function, the driver process), never by replacing them. The killed-driver rows run `troupe run`
+in a process of its own (with its own local cluster) and SIGKILL it there; the node rows are in
+tests/cluster/test_node_loss.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from troupe import Run
+from troupe.platform.errors import RemoteCallError
+from troupe.platform.metrics import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ["run.progress=false", "eval.num_prompts=8", "grpo.prompts_per_step=4", "grpo.group_size=4",
+         "rollout.sampling.max_new_tokens=24", "run.steps=4", "run.eval_every=2", "run.checkpoint_every=2"]
+# A call timeout long enough for any legitimate call on a busy 2-core machine, short enough for a test.
+CALL_TIMEOUT_S = 30
+# Where the hanging reward finds its cue: the reward actor's environment is the session cluster's,
+# set before this module runs, so the cue is a file at a fixed place.
+REWARD_HANG_FLAG = Path(tempfile.gettempdir()) / f"troupe-fault-table-{os.getuid()}-reward-hang"
+
+
+def comparable_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """A run's metrics rows without what legitimately differs between runs: timings and faults."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "faults"}
+            for r in read_metrics(Path(run_dir) / "metrics.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ray_local, troupe_cache, tmp_path_factory) -> list[dict[str, Any]]:
+    """The rows of a GRPO smoke run from start to end: what every faulted run must reproduce."""
+    out = tmp_path_factory.mktemp("fault-table") / "uninterrupted"
+    with Run("grpo", preset="smoke", overrides=SMOKE, out=out) as run:
+        summary = run.run()
+    assert summary["faults"] == 0
+    return comparable_rows(out)
+
+
+def before_step(run: Run, k: int, inject) -> None:
+    """Call ``inject()`` just before the algorithm's step ``k`` (0-based, as in metrics.jsonl)."""
+    step = run.algo.step
+
+    def step_with_fault(i: int) -> dict[str, float]:
+        if i == k:
+            inject()
+        return step(i)
+
+    run.algo.step = step_with_fault
+
+
+# -- a rollout engine killed with its generate call in flight ---------------------------------------
+@pytest.mark.timeout(900)  # the first test of the module also makes the uninterrupted run (and the SFT)
+def test_engine_killed_mid_generate_is_restarted_with_metrics_identical_to_an_uninterrupted_run(
+        uninterrupted, ray_local, tmp_path):
+    with Run("grpo", preset="smoke", overrides=SMOKE, out=tmp_path / "run") as run:
+        policy, engines = run.algo.policy, run.graph["rollout"]
+        rollout = policy.rollout
+
+        def rollout_then_kill(*a, **kw):
+            pending = rollout(*a, **kw)
+            policy.rollout = rollout  # once
+            ray_local.kill(engines[0], no_restart=False)  # dies with its generate call in flight
+            return pending
+
+        def arm() -> None:
+            policy.rollout = rollout_then_kill
+
+        before_step(run, 1, arm)
+        summary = run.run()
+    assert summary["faults"] == 1
+    assert [r.get("faults") for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r] == [
+        0.0, 1.0, 0.0, 0.0]
+    assert comparable_rows(tmp_path / "run") == uninterrupted
+
+
+# -- a rollout engine that stops answering ------------------------------------------------------------
+class Straggling:
+    """Mixed into the HF rollout engine: after `straggle`, the next generate hangs first, as a
+    stuck engine does. A restarted engine has its state reset, so it answers again."""
+
+    def straggle(self, seconds: float) -> None:
+        self._straggle_s = seconds
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        seconds, self._straggle_s = getattr(self, "_straggle_s", 0.0), 0.0
+        if seconds:
+            time.sleep(seconds)
+        return super().generate(*args, **kwargs)
+
+
+@pytest.mark.timeout(600)
+def test_hanging_engine_is_cut_off_by_run_call_timeout_s_and_restarted_with_identical_metrics(
+        uninterrupted, monkeypatch, tmp_path):
+    from troupe.actors.rollout_hf import HFRolloutEngine
+    from troupe.algorithms import policy_graph
+
+    engine_cls = type("HFRolloutEngine", (Straggling, HFRolloutEngine), {})
+    monkeypatch.setattr(policy_graph, "rollout_class", lambda backend: engine_cls)  # the graph is built with it
+    with Run("grpo", preset="smoke", overrides=[*SMOKE, f"run.call_timeout_s={CALL_TIMEOUT_S}"],
+             out=tmp_path / "run") as run:
+        engines = run.graph["rollout"]
+        before_step(run, 1, lambda: engines.wait([engines[0].straggle.remote(3600)], "straggle"))
+        summary = run.run()
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    step_1 = next(r for r in rows if r["step"] == 1 and "reward/mean" in r)
+    assert step_1["faults"] == 1.0 and summary["faults"] == 1
+    assert CALL_TIMEOUT_S <= step_1["time/step_s"] < 600  # cut off at the timeout, not after the hour's hang
+    assert comparable_rows(tmp_path / "run") == uninterrupted
+
+
+# -- the reward actor hangs: a clear error, then --resume -------------------------------------------
+def hanging_exact(**row: Any) -> float:
+    """The task's exact-match reward, except that it hangs once while REWARD_HANG_FLAG exists."""
+    from troupe.platform.registry import REWARDS
+
+    if REWARD_HANG_FLAG.exists():
+        REWARD_HANG_FLAG.unlink(missing_ok=True)
+        time.sleep(3600)
+    return REWARDS.get("arithmetic_exact")(**row)
+
+
+@pytest.mark.timeout(600)
+def test_hanging_reward_stops_the_run_naming_the_call_and_resume_gives_identical_metrics(uninterrupted, tmp_path):
+    REWARD_HANG_FLAG.unlink(missing_ok=True)
+    run_dir = tmp_path / "run"
+    overrides = [*SMOKE, f"run.call_timeout_s={CALL_TIMEOUT_S}", "reward.fn=test_fault_table:hanging_exact"]
+    try:
+        with pytest.raises(RemoteCallError, match=rf"reward\.score did not answer within {CALL_TIMEOUT_S}s.*"
+                                                  r"run\.call_timeout_s"):
+            with Run("grpo", preset="smoke", overrides=overrides, out=run_dir) as run:
+                before_step(run, 3, REWARD_HANG_FLAG.touch)  # after the checkpoint of step 2
+                run.run()
+    finally:
+        REWARD_HANG_FLAG.unlink(missing_ok=True)
+    with Run("grpo", resume=run_dir, overrides=["run.call_timeout_s=600"]) as run:
+        assert run.step_index == 2
+        summary = run.run()
+    assert summary["faults"] == 0 and summary["resumes"] == 1
+    assert comparable_rows(run_dir) == uninterrupted
+
+
+# -- `troupe run` SIGKILLed inside a step, or while writing a checkpoint --------------------------------
+def _faults_benchmark() -> Any:
+    spec = importlib.util.spec_from_file_location("faults_benchmark", ROOT / "benchmarks" / "faults.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _driver_env(ray_tmp: Path) -> dict[str, str]:
+    # Its own local cluster, in a private temp dir (never found by another ray.init on the machine);
+    # TROUPE_CACHE (the session's SFT cache) is inherited.
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp)}
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("pause_at", ["step:3", "checkpoint:4"])
+def test_driver_sigkilled_then_resumed_gives_metrics_identical_to_an_uninterrupted_run(
+        uninterrupted, tmp_path, pause_at):
+    """`troupe run` in a process of its own stops dead inside step 3 (after the learner's update,
+    before the engines get the weights) or with the files of checkpoint 4 written but not moved
+    into place, and is SIGKILLed there with every process it started; `troupe run --resume`
+    then finishes the run from checkpoint 2."""
+    faults = _faults_benchmark()  # its --paused-troupe-run is `troupe run` with the pause added
+    run_dir, marker = tmp_path / "run", tmp_path / "paused"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="trp-", dir="/tmp"))  # short: Unix socket paths are limited
+    env = _driver_env(ray_tmp)
+    # run.num_cpus: the session cluster's size, so that the graph fits as it does there
+    argv = ["run", "grpo", "--preset", "smoke", "--out", str(run_dir), *SMOKE, "run.num_cpus=4"]
+    log = open(tmp_path / "killed.log", "wb")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "faults.py"), "--paused-troupe-run",
+                             pause_at, "--marker", str(marker), "--", *argv],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 400
+        while not marker.is_file():
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                f"the run never reached {pause_at}: " + (tmp_path / "killed.log").read_text()[-3000:])
+            time.sleep(0.2)
+        faults.kill_tree(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            faults.kill_tree(proc.pid, signal.SIGKILL)
+        log.close()
+    before_kill = comparable_rows(run_dir)
+    ckpts = run_dir / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "step-00000002"
+    partials = sorted(p.name for p in ckpts.glob(".step-*.tmp"))
+    if pause_at.startswith("checkpoint"):
+        assert len(partials) == 1 and partials[0].startswith(".step-00000004.")
+        assert len(before_kill) == 7  # steps 0-3 and the evaluations at 0, 2 and 4
+    else:
+        assert partials == [] and len(before_kill) == 5  # steps 0-2 and the evaluations at 0 and 2
+    assert before_kill == uninterrupted[: len(before_kill)]
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "troupe.cli", "run", "grpo", "--resume", str(run_dir)],
+                              capture_output=True, text=True, env=env, timeout=400)
+    finally:
+        import shutil
+
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert comparable_rows(run_dir) == uninterrupted
+    assert not list(ckpts.glob(".step-*.tmp"))
+    assert (ckpts / "latest").read_text().strip() == "step-00000004"
