@@ -1,10 +1,17 @@
-"""Node loss on a multi-node cluster on one machine (`ray.cluster_utils.Cluster`): the worker
-node that hosts the rollout engine is removed mid-run; the engine restarts on the node that
-is left, its work is re-issued, and the run completes with the fault counted.
+"""Node loss on a multi-node cluster on one machine (`ray.cluster_utils.Cluster`), compared
+metric by metric with an uninterrupted run of the same config.
 
-The scenario is `benchmarks/faults.py node_lost` (the fault table runs it too). It runs in a
-process of its own: a `Cluster` needs the driver connection that this session's private
-cluster holds, and that process stops only the nodes it started.
+- The worker node that hosts the rollout engine is removed mid-run, a spare node left: the
+  engine restarts on the node that is left, its work is re-issued, and the run completes.
+- The only node that can host the engine is removed: the run stops with an error naming the
+  engine, a node is added back, and ``--resume`` finishes it. The "GPU" here is simulated: the
+  worker nodes advertise one GPU each that this machine does not have (the engine asks for it
+  with ``rollout.num_gpus=1`` and runs on the CPU), so what is shown is the loss of the only
+  node with the resource the engine needs, not of a real GPU.
+
+The scenarios are `benchmarks/faults.py node_lost` and `node_lost_no_spare` (the fault table
+runs them too), each in a process of its own: a `Cluster` needs the driver connection that this
+session's private cluster holds, and that process stops only the nodes it started.
 """
 
 from __future__ import annotations
@@ -17,18 +24,47 @@ from pathlib import Path
 import pytest
 
 FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults.py"
+# Smoke scale, on top of the scenarios' own overrides (4 steps, a checkpoint every 2).
+SMALL = ["grpo.prompts_per_step=4", "rollout.sampling.max_new_tokens=24", "run.num_cpus=2"]
+CALL_TIMEOUT_S = 30
+
+
+def run_scenario(name: str, work: Path, *args: str) -> dict:
+    out = work / f"{name}.json"
+    done = subprocess.run([sys.executable, str(FAULTS), "--scenario", name, "--json", str(out), "--work", str(work),
+                           "--timeout-s", "500", *args, *SMALL], capture_output=True, text=True, timeout=560)
+    assert done.returncode == 0 and out.is_file(), done.stdout[-3000:] + done.stderr[-5000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_rows(tmp_path_factory, troupe_cache) -> Path:
+    """The comparable rows of an uninterrupted run of the same config, on a one-node cluster."""
+    work = tmp_path_factory.mktemp("node-loss-reference")
+    rows = work / "rows.json"
+    row = run_scenario("reference", work, "--save-rows", str(rows))
+    assert row["steps"] == 4 and row["faults_counted"] == 0
+    return rows
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(600)
-def test_run_continues_on_the_node_left_when_the_rollout_engines_node_is_removed(tmp_path: Path, troupe_cache: Path):
-    out = tmp_path / "row.json"
-    done = subprocess.run([sys.executable, str(FAULTS), "--scenario", "node_lost", "--json", str(out),
-                           "--work", str(tmp_path), "--timeout-s", "500"],
-                          capture_output=True, text=True, timeout=560)
-    assert done.returncode == 0 and out.is_file(), done.stdout[-3000:] + done.stderr[-5000:]
-    row = json.loads(out.read_text())
+@pytest.mark.timeout(1200)  # with the module's uninterrupted run (and the SFT) first
+def test_run_continues_on_the_node_left_with_identical_metrics_when_the_rollout_engines_node_is_removed(
+        tmp_path: Path, uninterrupted_rows: Path):
+    row = run_scenario("node_lost", tmp_path, "--reference", str(uninterrupted_rows))
     assert row["survived"] == "continued" and row["steps"] == 4 and row["error"] is None
     assert row["faults_counted"] == 1  # the re-issued rollout, in summary.json and report.md
+    assert row["matches_uninterrupted_run"], row.get("first_difference")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["faults"] == 1 and summary["steps"] == 4
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+def test_losing_the_only_gpu_node_stops_the_run_naming_the_engine_and_resume_gives_identical_metrics(
+        tmp_path: Path, uninterrupted_rows: Path):
+    row = run_scenario("node_lost_no_spare", tmp_path, "--reference", str(uninterrupted_rows),
+                       "--call-timeout-s", str(CALL_TIMEOUT_S))
+    assert row["error"].startswith("RemoteCallError: rollout engine 0 did not come back within"), row["error"]
+    assert row["resumed_from_step"] == 2 and row["survived"] == "resumed" and row["steps"] == 4
+    assert row["matches_uninterrupted_run"], row.get("first_difference")
