@@ -82,10 +82,14 @@ def test_a_run_prepares_steps_evaluates_checkpoints_and_reports(tmp_path):
 def test_resume_continues_from_the_last_checkpoint_with_the_same_metrics(tmp_path):
     with Run("walk_test", out=tmp_path / "full", overrides=["run.progress=false", "run.steps=6"]) as run:
         run.run()
-    # Interrupted at 4 (a checkpoint and an evaluation are due there), then resumed to 6.
-    with Run("walk_test", out=tmp_path / "part", overrides=["run.progress=false", "run.steps=4"]) as run:
-        run.run()
-    with Run("walk_test", resume=tmp_path / "part", overrides=["run.steps=6"]) as run:
+    # Interrupted after step 4 of 6 (a checkpoint and an evaluation are due there; the run
+    # stops before step 5, never finishing), then resumed.
+    with Run("walk_test", out=tmp_path / "part", overrides=["run.progress=false", "run.steps=6"]) as run:
+        run.evaluate()  # as `run` does first
+        for _ in range(4):
+            run.step()
+    assert not (tmp_path / "part" / "summary.json").exists()
+    with Run("walk_test", resume=tmp_path / "part") as run:
         assert run.step_index == 4 and run.algo.position == 4.0
         run.run()
 
