@@ -145,8 +145,11 @@ def test_bundles_that_ask_more_than_the_whole_cluster_are_named_per_resource():
 
 def test_a_cluster_whose_nodes_all_have_anonymous_types_cannot_grow():
     # What Ray's autoscaler publishes with no autoscaling config: each node its own type node_<id>.
-    assert can_grow_from_report({"node_type_mapping": {"ab12": "node_ab12", "cd34": "node_cd34"}}) is False
-    assert can_grow_from_report({"node_type_mapping": {"ab12": "ray.head.default", "cd34": "gpu_worker"}}) is True
+    a, b = "ab" * 28, "cd" * 28
+    assert can_grow_from_report({"node_type_mapping": {a: f"node_{a}", b: f"node_{b}"}}) is False
+    # A configured type on any node (keyed by IP there): an autoscaler that can launch nodes of it.
+    assert can_grow_from_report({"node_type_mapping": {"10.0.0.1": "ray.head.default", "10.0.0.2": f"node_{b}"}})
+    assert can_grow_from_report({"node_type_mapping": {"10.0.0.1": "ray.head.default", "10.0.0.2": "gpu_worker"}})
     assert can_grow_from_report({}) is None and can_grow_from_report(None) is None
 
 

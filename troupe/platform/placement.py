@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -156,16 +157,21 @@ def overcommitted(plan: Mapping[str, Sequence[Mapping[str, float]]], total: Mapp
             f"{fmt_amount(float(total.get(k, 0.0)))}" for k, v in need.items() if v > float(total.get(k, 0.0)) + eps]
 
 
+# The type Ray's autoscaler gives each node of a cluster without an autoscaling config:
+# ``node_`` and the node's id (28 bytes in hex).
+_ANONYMOUS_NODE_TYPE = re.compile(r"node_[0-9a-f]{56}")
+
+
 def can_grow_from_report(report: Mapping[str, Any] | None) -> bool | None:
     """Whether an autoscaler status report (`ray_internal.autoscaling_status`'s
     ``autoscaler_report``) shows a cluster that can add nodes: False when every node has the
     anonymous type ``node_<id>`` that Ray gives the nodes of a cluster with no autoscaling config
     (its autoscaler only mirrors them), True when a node has a configured type, None when no
     report says (none published yet, or a format Ray no longer uses)."""
-    mapping = (report or {}).get("node_type_mapping")
+    mapping = (report or {}).get("node_type_mapping")  # node (its id or IP) -> node type
     if not mapping or not isinstance(mapping, Mapping):
         return None
-    return any(str(t) != f"node_{n}" for n, t in mapping.items())
+    return not all(_ANONYMOUS_NODE_TYPE.fullmatch(str(t)) for t in mapping.values())
 
 
 def cluster_can_grow() -> bool | None:
