@@ -234,5 +234,32 @@ def test_an_objective_that_labels_no_pair_says_so():
 
 
 def test_an_unknown_dataset_name_lists_the_known_ones():
-    with pytest.raises(ConfigError, match=r"data.name='hh': unknown preference dataset; known: \['helpsteer2'"):
+    with pytest.raises(ConfigError, match=r"data.source='hh': unknown preference dataset; known: \['helpsteer2'"):
         load_attribute_set("hh")
+
+
+# -- held-out prompts and calibration targets ------------------------------------------------------------
+def test_labelled_episodes_are_the_same_draws_with_each_querys_probability_in_the_order_shown(tmp_path):
+    data = load_helpsteer2(write(tmp_path / "hs2.jsonl", HELPSTEER2))
+    objectives = {"help": {"helpfulness": 1.0}}
+    plain = data.episodes(objectives, 50, np.random.default_rng(3), k=1, labels="bt", beta=0.5)
+    episodes, p_true = data.labelled_episodes(objectives, 50, np.random.default_rng(3), k=1, labels="bt", beta=0.5)
+    assert episodes == plain
+    score = {r["response"]: r["helpfulness"] for r in HELPSTEER2}
+    margins = np.array([score[e.query.a] - score[e.query.b] for e in episodes])
+    assert p_true == pytest.approx(1 / (1 + np.exp(-0.5 * margins)))
+    _, exact = data.labelled_episodes(objectives, 50, np.random.default_rng(3), k=0)
+    assert set(exact.tolist()) <= {0.0, 1.0}
+
+
+def test_a_prompts_part_follows_its_text_and_every_group_of_a_prompt_lands_together():
+    groups = [ResponseGroup(f"prompt {i % 30}", ("a", "b"), np.array([[1.0], [0.0]])) for i in range(60)]
+    data = AttributeSet(("x",), groups)
+    parts = data.split_by_prompt([0.6, 0.2, 0.2], seed=0)
+    prompts = [{g.prompt for g in part} for part in parts]
+    assert sum(len(p) for p in prompts) == 30 and not (prompts[0] & prompts[1] or prompts[1] & prompts[2])
+    assert all(len(part) == 2 * len(p) for part, p in zip(parts, prompts, strict=True))  # both groups of a prompt
+    again = AttributeSet(("x",), groups[::-1]).split_by_prompt([0.6, 0.2, 0.2], seed=0)
+    assert [{g.prompt for g in part} for part in again] == prompts
+    assert [{g.prompt for g in part} for part in data.split_by_prompt([0.6, 0.2, 0.2], seed=1)] != prompts
+    assert len(data.limited(10, seed=0).prompts) == 10 and data.limited(100, seed=0) is data

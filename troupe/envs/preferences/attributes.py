@@ -16,6 +16,7 @@ objectives for each split.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -43,10 +44,43 @@ class AttributeSet:
     attributes: tuple[str, ...]
     groups: list[ResponseGroup]
     source: str = "<memory>"
+    # (weights, labels) -> the labelled pairs of `pairs`: an episode stream asks for them every batch
+    _tables: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.groups:
             raise DataError(f"{self.source}: no prompt with two or more responses; a preference pair needs two")
+
+    @property
+    def prompts(self) -> list[str]:
+        """The distinct prompt texts, in the order of their first group."""
+        return list(dict.fromkeys(g.prompt for g in self.groups))
+
+    def texts(self) -> list[tuple[str, str]]:
+        """Every (prompt, response) of the set, group by group."""
+        return [(g.prompt, r) for g in self.groups for r in g.responses]
+
+    def split_by_prompt(self, fractions: Sequence[float], seed: int) -> list[list[ResponseGroup]]:
+        """The groups in parts of about ``fractions`` of the prompts each (they sum to 1): a prompt's
+        part is fixed by `prompt_hash` of its text, so every group of one prompt lands in one part
+        and a part does not depend on the order or the other contents of the file."""
+        edges = np.cumsum(fractions)
+        if len(edges) == 0 or abs(edges[-1] - 1) > 1e-9 or min(fractions) < 0:
+            raise ValueError(f"fractions {list(fractions)}: expected shares >= 0 that sum to 1")
+        parts: list[list[ResponseGroup]] = [[] for _ in fractions]
+        for g in self.groups:
+            i = int(np.searchsorted(edges[:-1], prompt_hash(g.prompt, seed), side="right"))
+            parts[i].append(g)
+        return parts
+
+    def limited(self, max_prompts: int, seed: int) -> AttributeSet:
+        """The groups of ``max_prompts`` prompts chosen by `prompt_hash` (all of them if there are fewer),
+        by a hash apart from `split_by_prompt`'s: the prompts kept spread over all of its parts."""
+        prompts = self.prompts
+        if len(prompts) <= max_prompts:
+            return self
+        keep = set(sorted(prompts, key=lambda p: prompt_hash(p, f"keep/{seed}"))[:max_prompts])
+        return AttributeSet(self.attributes, [g for g in self.groups if g.prompt in keep], self.source)
 
     def objective(self, weights: Mapping[str, float]) -> np.ndarray:
         """The weight vector of ``{attribute: weight}``; an attribute the data lacks is an error that
@@ -84,22 +118,21 @@ class AttributeSet:
                  k: int | tuple[int, int] = (0, 32), labels: str = "threshold", beta: float = 1.0) -> list[Episode]:
         """n episodes; each draws an objective of ``objectives`` (name → weights) uniformly, then a query
         pair and ``k`` demos (int or ``(lo, hi)`` uniform) from other prompts, labelled by it."""
+        return self.labelled_episodes(objectives, n, rng, k, labels, beta)[0]
+
+    def labelled_episodes(self, objectives: Mapping[str, Mapping[str, float]], n: int, rng: np.random.Generator,
+                          k: int | tuple[int, int] = (0, 32), labels: str = "threshold",
+                          beta: float = 1.0) -> tuple[list[Episode], np.ndarray]:
+        """`episodes` (the same draws), and each query's P(a ≻ b) under its objective in the order it
+        is shown: σ(β wᵀ(s_a − s_b)) for ``bt``, the label itself for ``threshold`` (it is exact)."""
         if labels not in LABELS:
             raise ConfigError(f"labels={labels!r}: expected one of {LABELS}")
         if not objectives:
             raise ConfigError(f"{self.source}: no objectives; give at least one {{name: {{attribute: weight}}}}")
-        table = {}
-        for name, weights in objectives.items():
-            index, margins = self.pairs(self.objective(weights))
-            if labels == "threshold":  # a zero margin is a tie: no preference to learn from
-                index, margins = index[margins != 0], margins[margins != 0]
-            if not len(index):
-                raise DataError(f"{self.source}: objective {name!r} labels no pair (every pair is tied or "
-                                "lacks a score it weights); give weights over attributes the data scores")
-            table[name] = (index, margins)
+        table = {name: self._table(name, weights, labels) for name, weights in objectives.items()}
         names = list(table)
         ks = draw_k(n, k, rng)
-        out = []
+        out, p_true = [], np.zeros(n)
         for e in range(n):
             name = names[int(rng.integers(len(names)))]
             index, margins = table[name]
@@ -109,17 +142,40 @@ class AttributeSet:
                 raise DataError(f"{self.source}: objective {name!r} has labelled pairs of one prompt only; "
                                 "demos come from other prompts, so give data with more prompts or k=0")
             picks = others[rng.integers(len(others), size=int(ks[e]))] if ks[e] else []
-            demos = tuple(self._comparison(index[p], margins[p], labels, beta, rng) for p in picks)
-            out.append(Episode(demos, self._comparison(index[q], margins[q], labels, beta, rng), name))
-        return out
+            demos = tuple(self._comparison(index[p], margins[p], labels, beta, rng)[0] for p in picks)
+            query, p_true[e] = self._comparison(index[q], margins[q], labels, beta, rng)
+            out.append(Episode(demos, query, name))
+        return out, p_true
+
+    def _table(self, name: str, weights: Mapping[str, float], labels: str) -> tuple[np.ndarray, np.ndarray]:
+        w = self.objective(weights)
+        key = (tuple(w.tolist()), labels)
+        if key not in self._tables:
+            index, margins = self.pairs(w)
+            if labels == "threshold":  # a zero margin is a tie: no preference to learn from
+                index, margins = index[margins != 0], margins[margins != 0]
+            if not len(index):
+                raise DataError(f"{self.source}: objective {name!r} labels no pair (every pair is tied or "
+                                "lacks a score it weights); give weights over attributes the data scores")
+            self._tables[key] = (index, margins)
+        return self._tables[key]
 
     def _comparison(self, pair: np.ndarray, margin: float, labels: str, beta: float,
-                    rng: np.random.Generator) -> Comparison:
+                    rng: np.random.Generator) -> tuple[Comparison, float]:
+        """The pair labelled by one draw, in a random order, and P(first shown ≻ second)."""
         group = self.groups[int(pair[0])]
         p = float(margin > 0) if labels == "threshold" else float(expit(beta * margin))
         c = Comparison(group.prompt, group.responses[int(pair[1])], group.responses[int(pair[2])],
                        int(rng.random() < p))
-        return c.swapped() if rng.random() < 0.5 else c  # §C.2: random swap with label flip
+        if rng.random() < 0.5:  # §C.2: random swap with label flip
+            return c.swapped(), 1.0 - p
+        return c, p
+
+
+def prompt_hash(prompt: str, seed: int | str) -> float:
+    """A number in [0, 1), uniform over prompts, fixed by the prompt's text and ``seed``."""
+    digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def group_rows(rows: Sequence[tuple[str, str, Sequence[float]]], attributes: Sequence[str],

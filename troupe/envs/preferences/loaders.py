@@ -35,6 +35,8 @@ ULTRAFEEDBACK_ATTRIBUTES = ("instruction_following", "honesty", "truthfulness", 
 SAFERLHF_ATTRIBUTES = ("helpful", "harmless", "safe")
 HUB_IDS = {"helpsteer2": "nvidia/HelpSteer2", "ultrafeedback": "openbmb/UltraFeedback",
            "pku_saferlhf": "PKU-Alignment/PKU-SafeRLHF"}
+ATTRIBUTES_OF = {"helpsteer2": HELPSTEER2_ATTRIBUTES, "ultrafeedback": ULTRAFEEDBACK_ATTRIBUTES,
+                 "pku_saferlhf": SAFERLHF_ATTRIBUTES}
 
 
 def _field(record: Mapping[str, Any], key: str, where: str, expected: str) -> Any:
@@ -131,7 +133,8 @@ LOADERS: dict[str, Callable[..., AttributeSet]] = {
 
 def load_attribute_set(name: str, source: str | None = None, split: str = "train",
                        subset: str | None = None) -> AttributeSet:
-    """The dataset ``name`` (a key of `LOADERS`) from ``source``, default its hub id."""
+    """The dataset ``name`` (a key of `LOADERS`, ``data.source`` of `troupe run icrm`) from ``source``,
+    default its hub id."""
     if name not in LOADERS:
-        raise ConfigError(f"data.name={name!r}: unknown preference dataset; known: {sorted(LOADERS)}")
+        raise ConfigError(f"data.source={name!r}: unknown preference dataset; known: {sorted(LOADERS)}")
     return LOADERS[name](source or HUB_IDS[name], split, subset)
