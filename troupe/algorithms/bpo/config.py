@@ -128,8 +128,9 @@ class BPOEvalConfig(EvalConfig):
 
 
 def _model() -> ModelConfig:
-    # Measured on the fixed-query task: order, attribute and existence are learnt within 300
-    # steps, direction reaches about 0.7 (leaning on the cue), counting about 0.6.
+    # Measured on the default task (flicker, order noise 0.2, cue 0.85; 450 test items): order
+    # follows the cue (0.99 where it holds, 0.19 where it breaks), attribute 0.94, existence
+    # 0.98, counting 0.60, direction at chance (0.63 / 0.49).
     return ModelConfig(sft=SFTConfig(steps=600, batch_size=32, lr=3e-3, schedule="cosine"))
 
 
