@@ -2,8 +2,9 @@
 GRPO run, with whether the run survived and what was lost.
 
 Every scenario runs in a process of its own (its own Ray cluster, temp dir and process tree),
-and stops only what it started. The tests in ``tests/cluster/test_node_loss.py`` and
-``tests/platform/test_faults.py`` run some of these same scenarios and check their rows.
+and stops only what it started. ``tests/algorithms/test_fault_table.py`` and
+``tests/cluster/test_node_loss.py`` run every scenario of the README's fault table at smoke
+scale and compare each run's non-timing metrics with an uninterrupted one.
 
 Scenarios (``--scenario NAME``):
 
