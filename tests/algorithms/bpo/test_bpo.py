@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from troupe import Run
-from troupe.algorithms.bpo.algorithm import BPO, call_advantage, claim_check
+from troupe.algorithms.bpo.algorithm import BPO, call_advantage, claim_check, report_sections
 from troupe.algorithms.bpo.config import ARMS, BPOConfig, BPOSettings
 from troupe.algorithms.bpo.evaluation import (
     accuracy_by_type,
@@ -102,6 +102,20 @@ def test_every_temporal_pack_holds_the_reverse_view():
     without = [[r["view"] for r in drawn.rows[5 * j: 5 * j + 5]] for j, it in enumerate(items)
                if it.qtype in ("temporal_order", "action_direction")]
     assert not all("reverse" in views for views in without)  # §A.2's slots alone: about two thirds
+
+
+def test_report_warns_when_a_view_is_distinguishable_by_nontemporal_features():
+    from troupe.envs.video_qa.distinguishability import view_distinguishability
+
+    ci = {"value": 0.5, "lo": 0.4, "hi": 0.6}
+    arms = {"bpo": {"step": 1, "responses_per_prompt": 5, "metrics": dict.fromkeys(("macro_acc",), ci)}}
+    spans = view_distinguishability(VideoQATask(layout="spans", order_noise=0.0), n=300, seed=0)
+    (text,) = report_sections(BPOConfig(), {"arms": arms, "view_check": spans})
+    head = text.split("Held-out")[0]
+    assert "**Warning:**" in head and "shuffle view can be told from the original" in head
+    flicker = view_distinguishability(VideoQATask(), n=300, seed=0)
+    (text,) = report_sections(BPOConfig(), {"arms": arms, "view_check": flicker})
+    assert "Warning" not in text and "- shuffle: held-out accuracy" in text
 
 
 def test_macro_groups_is_the_three_group_mean():
