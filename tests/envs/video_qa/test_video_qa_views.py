@@ -238,3 +238,18 @@ def test_select_random_views_keeps_table_labels(items):
     assert min(seen.values()) > 150  # ~225 each: uniform
     sel, _ = select_views(existence_no(items), t, 3, rng, random_views=True)
     assert all(lab == t.label("existence", v) for v, lab in sel)
+
+
+def test_select_views_places_first_views_before_the_draw(items):
+    t, rng = BehaviorTable(), np.random.default_rng(3)
+    for _ in range(30):
+        sel, _ = select_views(of_type(items, "temporal_order"), t, 3, rng, first=("reverse",))
+        assert ("reverse", "SENS") in sel and sel[2] == ("null", "ABST")  # the SENS slot keeps reverse
+        sel, _ = select_views(of_type(items, "object_attribute"), t, 3, rng, first=("reverse",))
+        assert sel[0] == ("reverse", "STAB") and sel[1][1] == "SENS"  # STAB fits the first slot only
+    # A first view the item lacks (no support: no mask) is skipped; random views ignore ``first``.
+    sel, _ = select_views(existence_no(items), t, 3, rng, first=("mask",))
+    assert "mask" not in dict(sel)
+    drawn = {v for _ in range(40) for v, _ in select_views(of_type(items, "temporal_order"), t, 1, rng,
+                                                           random_views=True, first=("reverse",))[0]}
+    assert len(drawn) > 1
