@@ -16,12 +16,19 @@ the same ICRM steered by persona b's. Every arm is scored by both personas' gold
 held-out prompts (greedy), every ``rl.eval_every`` steps. The reward roles read their model at
 their first call, once the fitting has saved it.
 
-The report is rebuilt from ``predictions.json``, ``truth.json`` and ``rl.jsonl`` alone.
+With a dataset source (``data.source`` helpsteer2, ultrafeedback or pku_saferlhf) the models
+are fitted and evaluated on its episodes, on prompts held out of training; ICRM-RL, best-of-N
+and the steering front need the synthetic personas' gold reward and are not run (the report
+says so; `config.RLConfig`).
+
+The report is rebuilt from ``predictions.json``, ``truth.json`` and ``rl.jsonl`` alone (and
+``data.json`` for a dataset source).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -33,9 +40,11 @@ import torch
 from troupe.algorithms.grpo.algorithm import grpo_step
 from troupe.algorithms.icrm import analysis
 from troupe.algorithms.icrm import selection as bon
-from troupe.algorithms.icrm.config import ARMS, ICRMRunConfig
+from troupe.algorithms.icrm.config import ARMS, DATASET_KEYS, PERSONAS, ICRMRunConfig
 from troupe.algorithms.icrm.learner import (
+    DatasetData,
     ICRMLearner,
+    TaskData,
     Variant,
     corpus,
     eval_sets,
@@ -50,6 +59,7 @@ from troupe.algorithms.icrm.text import prepare_backbone
 from troupe.algorithms.policy_graph import PolicyGraph, step_seed
 from troupe.algorithms.sft import prepare_policy
 from troupe.envs.persona_prompts import PersonaPromptsTask
+from troupe.envs.preferences.loaders import HUB_IDS
 from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
 from troupe.platform.config import to_dict
@@ -91,24 +101,39 @@ class ICRMAlgorithm(Algorithm):
         self.shares = deal(self.variants, config.workers.count)
         self.holder = {v.name: i for i, share in enumerate(self.shares) for v in share}
         self.backbone_path = ""
+        self.data: TaskData | DatasetData | None = None
         self.finished = False
         rl = config.rl
         self.tasks = {who: PersonaPromptsTask(dataclasses.replace(
             rl.policy.task, weights=list(getattr(rl, f"persona_{who}")), demos=config.data.personas.max_demos,
-            beta0=config.data.personas.beta0)) for who in ("a", "b")}
+            beta0=config.data.personas.beta0)) for who in ("a", "b")} if config.data.source == PERSONAS else {}
         self.eval_rows = {who: t.eval_rows(rl.policy.eval.num_prompts) for who, t in self.tasks.items()}
         self.arms: dict[str, PolicyGraph] = {}
         self.advantage = ADVANTAGES.get(rl.policy.grpo.advantage)
         self.rl_log: list[dict[str, Any]] = []
 
     def prepare(self) -> dict[str, Any]:
-        """The backbone every reward model reads with (the embedded one pretrained on the task's
-        text, cached), and the SFT policy the RL arms start from."""
+        """The task's data (a dataset is read once, here, and handed to the learners), the backbone
+        every reward model reads with (the embedded one pretrained on the task's text, cached), and
+        the SFT policy the RL arms start from."""
         c = self.config
-        self.backbone_path, backbone = prepare_backbone(c.backbone, corpus(c, task_data(c)), to_dict(c.data))
+        if c.backbone.path != "tiny":
+            from troupe.actors.models import model_config_or_error
+
+            model_config_or_error(c.backbone.path, "backbone.path", "a causal LM (a hub id or a local directory)")
+        self.data = task_data(c)
+        texts = corpus(c, self.data)
+        key = to_dict(c.data)
+        if isinstance(self.data, DatasetData):  # a file's contents, not only its name, shape the backbone
+            key["corpus_sha256"] = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+        else:  # the dataset keys do not shape the personas' corpus: backbones cached before them still serve
+            key = {k: v for k, v in key.items() if k not in DATASET_KEYS}
+        self.backbone_path, backbone = prepare_backbone(c.backbone, texts, key)
         facts: dict[str, Any] = {"backbone": backbone, "backbone_path": self.backbone_path,
                                  "models": [v.name for v in self.variants],
                                  "learners": [[v.name for v in share] for share in self.shares]}
+        if isinstance(self.data, DatasetData):
+            facts["data"] = self.data.facts()
         if c.rl.steps:
             policy: dict[str, Any] = {}
             prepare_policy(c.rl.policy.model, self.tasks["a"].sft_task(), self.tasks["a"].cache_key(), policy)
@@ -123,7 +148,8 @@ class ICRMAlgorithm(Algorithm):
     def roles(self) -> list[Role]:
         c = self.config
         roles = [Role("learner", ICRMLearner, count=len(self.shares), num_cpus=c.workers.num_cpus,
-                      kwargs={"cfg": c, "backbone_path": self.backbone_path},
+                      num_gpus=c.workers.num_gpus, kwargs={"cfg": c, "backbone_path": self.backbone_path,
+                                                           "data": self.data},
                       rank_kwargs=[{"variants": share} for share in self.shares])]
         if not self.arms:
             return roles
@@ -161,10 +187,13 @@ class ICRMAlgorithm(Algorithm):
         for share in self.graph["learner"].call("predict"):
             predictions |= share
         predictions = json.loads(json.dumps(predictions))  # the report reads k as a string key, as from the file
+        data = self.data if self.data is not None else task_data(c)
         truth = {s: {str(k): {"label": [e.query.label for e in eps], "p_true": p.tolist()}
-                     for k, (eps, p) in by_k.items()} for s, by_k in eval_sets(c, task_data(c)).items()}
+                     for k, (eps, p) in by_k.items()} for s, by_k in eval_sets(c, data).items()}
         atomic_write_json(self.ctx.artifact("predictions.json"), predictions)
         atomic_write_json(self.ctx.artifact("truth.json"), truth)
+        if isinstance(data, DatasetData):
+            atomic_write_json(self.ctx.artifact("data.json"), data.facts())
         tab = analysis.table(predictions, truth)
         selected, eces = analysis.select_lambda(tab, {icrm_name(lam): lam for lam in c.train.lambdas})
         saved = {}
@@ -177,13 +206,14 @@ class ICRMAlgorithm(Algorithm):
             saved[role] = {"model": name, "path": str(path)}
         atomic_write_json(self.ctx.artifact("selection.json"), {"selected": selected, "validation_ece": eces,
                                                                 "saved": saved})
-        atomic_write_json(self.ctx.artifact("best_of_n.json"), self.select(selected))
+        if isinstance(data, TaskData):  # best-of-N and the front are scored by the personas' gold reward
+            atomic_write_json(self.ctx.artifact("best_of_n.json"), self.select(selected, data))
         self.finished = True
         t = tab[selected]["seen"]
         return {"eval/selected_lambda": float(selected.removeprefix("icrm_lam")),
                 "eval/icrm_ece_seen": t["all"]["ece"], "eval/icrm_accuracy_seen": t["all"]["accuracy"]}
 
-    def select(self, selected: str) -> dict[str, Any]:
+    def select(self, selected: str, data: TaskData) -> dict[str, Any]:
         """§C.4 read by what the models pick from the evaluation pool (`learner.selection_set`):
         best-of-N on persona a's gold reward against KL = log N − (N − 1)/N for ICRM steered by
         a's demos (r and the conservative E_q log p), by b's, and the static RM; and the steering
@@ -200,7 +230,6 @@ class ICRMAlgorithm(Algorithm):
         scores = {}
         for part in group.wait(calls, "selection_scores"):
             scores |= {key: np.asarray(v) for key, v in part.items()}
-        data = task_data(c)
         sel = selection_set(c, data)
         feats = data.eval_pool.features[sel.candidates]  # (rows, N, attributes)
         gold = {who: feats @ w for who, w in persona_weights(c).items()}
@@ -325,4 +354,36 @@ class ICRMAlgorithm(Algorithm):
                    "rl": records, "plots": written, "best_of_n": picks}
         sections = analysis.sections(tab, selected, eces, claim_list, written)
         sections += analysis.selection_section(picks) if picks else []
+        data_file = run.run_dir / "data.json"
+        if config.data.source != PERSONAS:
+            facts = json.loads(data_file.read_text()) if data_file.is_file() else None
+            summary["data"] = facts
+            sections = data_section(config, facts) + sections
         return Report(summary, sections + analysis.rl_section(records))
+
+
+def data_section(config: ICRMRunConfig, facts: dict[str, Any] | None) -> list[str]:
+    """What a dataset run read, how its prompts were split, and what it did not run (and why)."""
+    d = config.data
+    where = d.path or f"the hub id {HUB_IDS[d.source]}"
+    lines = ["## Data", "", f"Episodes from **{d.source}** ({where}, split `{d.split}`), labels `{d.labels}`"
+             + (f" (β = {d.beta:g})" if d.labels == "bt" else "") + "; prompts split by a seeded hash of their text, "
+             f"{d.eval_fraction:g} of them held out of training (half validation, half test)."]
+    if facts:
+        p, r = facts["prompts"], facts["responses"]
+        lines += ["", "| part | prompts | responses |", "|---|---|---|"]
+        lines += [f"| {n} | {p[n]} | {r[n]} |" for n in ("train", "valid", "test")]
+    lines += ["", "Objectives (attribute weights). Trained on, and evaluated on held-out prompts as `valid` and "
+              "`seen`: " + "; ".join(f"`{n}` {w}" for n, w in d.objectives.items()) + ". Held out, evaluated as "
+              "`unseen`: " + "; ".join(f"`{n}` {w}" for n, w in d.unseen_objectives.items()) + ".", "",
+              "Accuracy is against the side the objective prefers; calibration is against "
+              + ("σ(β · margin)." if d.labels == "bt" else "the threshold label itself (exact, 0 or 1).")
+              + " The tables below name the splits as for personas: \"new personas of the train split\" are the "
+              "training objectives on test prompts (`seen`), \"unseen-direction personas\" the held-out "
+              "objectives (`unseen`).", "",
+              f"Not run with data.source={d.source}: ICRM-RL (rl.steps) and best-of-N / the steering front. Both "
+              "score a response by the synthetic personas' gold reward (wᵀφ of attributes counted from its text); "
+              "a dataset's scores exist only for its own responses, not for a policy's new ones or a candidate "
+              "pool. Run them with data.source=personas."]
+    return ["\n".join(lines)]
+

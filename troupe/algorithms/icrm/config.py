@@ -11,18 +11,65 @@ from troupe.algorithms.icrm.model import ICRMConfig
 from troupe.algorithms.icrm.text import BackboneConfig
 from troupe.algorithms.sft import ModelConfig, SFTConfig
 from troupe.envs.persona_prompts import PersonaPromptsTask
+from troupe.envs.preferences.attributes import LABELS
+from troupe.envs.preferences.loaders import ATTRIBUTES_OF
 from troupe.envs.preferences.personas import PersonaConfig
 from troupe.envs.preferences.text_personas import ATTRIBUTES
 from troupe.platform.config import RunConfig, check
+from troupe.platform.errors import ConfigError
 
-SPLITS = ("valid", "seen", "unseen")  # λ is chosen on valid; seen: new train-split personas; unseen: test split
+# λ is chosen on valid; seen: new personas of the train split (a dataset: the training objectives
+# on held-out prompts); unseen: the test split (a dataset: held-out objectives on those prompts)
+SPLITS = ("valid", "seen", "unseen")
+PERSONAS = "personas"
+SOURCES = (PERSONAS, *ATTRIBUTES_OF)
+MIN_EVAL_PROMPTS = 2  # per evaluation part: demos come from prompts other than the query's
+
+# A dataset's objectives when data.objectives is not given: (training, held out for "unseen").
+# The held-out ones are new weightings, and weightings of attributes no training objective uses.
+DEFAULT_OBJECTIVES: dict[str, tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]] = {
+    "helpsteer2": ({"helpful": {"helpfulness": 1.0}, "correct": {"correctness": 1.0},
+                    "coherent": {"coherence": 1.0}, "helpful_correct": {"helpfulness": 1.0, "correctness": 1.0}},
+                   {"terse": {"verbosity": -1.0}, "complex_helpful": {"complexity": 1.0, "helpfulness": 0.5}}),
+    "ultrafeedback": ({"helpful": {"helpfulness": 1.0}, "follows": {"instruction_following": 1.0},
+                       "helpful_follows": {"helpfulness": 1.0, "instruction_following": 1.0}},
+                      {"honest": {"honesty": 1.0}, "truthful": {"truthfulness": 1.0}}),
+    "pku_saferlhf": ({"helpful": {"helpful": 1.0}, "harmless": {"harmless": 1.0}},
+                     {"helpful_harmless": {"helpful": 1.0, "harmless": 1.0}, "safe": {"safe": 1.0}}),
+}
+# DataConfig's keys that only a dataset source reads
+DATASET_KEYS = ("source", "path", "split", "objectives", "unseen_objectives", "labels", "beta", "eval_fraction",
+                "max_prompts")
 
 
 @dataclasses.dataclass
 class DataConfig:
-    """Text persona episodes (§C.5 in text): train on a pool of train-split personas, evaluate on
-    new personas of both splits, with responses the learners never saw."""
+    """Where the episodes come from (``source``).
 
+    ``personas`` (the default): text persona episodes (§C.5 in text), trained on a pool of
+    train-split personas and evaluated on new personas of both splits, with responses the learners
+    never saw (``personas``, ``train_personas``, ``eval_personas``, ``pool``, ``eval_pool``).
+
+    ``helpsteer2``, ``ultrafeedback``, ``pku_saferlhf``: a multi-attribute dataset
+    (`troupe.envs.preferences.loaders`) read from ``path`` (a local file or ``save_to_disk``
+    folder in the dataset's own format) or, when ``path`` is null, its hub id; ``split`` is the
+    split read. An objective is a weighting of the dataset's attributes (§C.2): ``objectives``
+    (name → {attribute: weight}) label the training episodes and the ``valid`` and ``seen``
+    evaluation splits; ``unseen_objectives``, held-out weightings and attributes, the ``unseen``
+    split. Empty: `DEFAULT_OBJECTIVES` of the source. ``labels``: ``threshold`` (a prefers b iff
+    wᵀ(s_a − s_b) > 0; ties are left out) or ``bt`` (Bradley–Terry draws at ``beta``). Prompts are
+    split by a seeded hash of their text: ``eval_fraction`` of them are held out of training, half
+    for validation, half for the test splits, so no evaluation prompt is a training one;
+    ``max_prompts`` keeps that many prompts of the file (chosen by another hash of the text;
+    null: all). An objective naming an attribute the dataset lacks, with no nonzero weight, or in
+    both lists, is a ConfigError naming ``data.objectives.<name>``; a dataset too small for the
+    evaluation parts (`MIN_EVAL_PROMPTS` prompts each), one naming ``data.eval_fraction``.
+
+    Every source: ``personas.max_demos`` bounds the demos of an episode (training k is uniform on
+    0..max_demos); ``eval_episodes`` per split and k; ``eval_ks`` the k evaluated.
+    """
+
+    source: str = PERSONAS
     personas: PersonaConfig = dataclasses.field(default_factory=lambda: PersonaConfig(max_demos=8))
     train_personas: int = 256  # the personas training episodes are drawn from
     eval_personas: int = 64  # per evaluation split
@@ -31,14 +78,66 @@ class DataConfig:
     eval_episodes: int = 300  # per split and k
     eval_ks: list[int] = dataclasses.field(default_factory=lambda: [0, 2, 4, 8])
     seed: int = 0
+    # a dataset source only
+    path: str | None = None
+    split: str = "train"
+    objectives: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    unseen_objectives: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    labels: str = "threshold"
+    beta: float = 1.0
+    eval_fraction: float = 0.2
+    max_prompts: int | None = None
 
     def __post_init__(self) -> None:
+        check(self.source in SOURCES, "data.source", self.source, f"one of {list(SOURCES)}")
+        if self.source == PERSONAS:
+            for key in ("objectives", "unseen_objectives"):
+                check(not getattr(self, key), f"data.{key}", getattr(self, key),
+                      "no objectives with data.source=personas (its personas come from data.personas); "
+                      f"objectives weight the attributes of a dataset source {list(ATTRIBUTES_OF)}")
+        else:
+            self._check_objectives()
+        check(self.labels in LABELS, "data.labels", self.labels, f"one of {list(LABELS)}")
+        check(self.beta > 0, "data.beta", self.beta, "a Bradley-Terry scale > 0")
+        check(0 < self.eval_fraction < 1, "data.eval_fraction", self.eval_fraction,
+              "a share of the prompts in (0, 1), held out for validation and test")
+        check(self.max_prompts is None or self.max_prompts >= 1, "data.max_prompts", self.max_prompts,
+              "an integer >= 1, or null for every prompt")
         for name in ("train_personas", "eval_personas", "eval_episodes"):
             check(getattr(self, name) >= 1, f"data.{name}", getattr(self, name), "an integer >= 1")
         check(self.pool >= 2 and self.eval_pool >= 2, "data.pool", (self.pool, self.eval_pool),
               "at least 2 responses in data.pool and data.eval_pool")
         check(bool(self.eval_ks) and all(0 <= k <= self.personas.max_demos for k in self.eval_ks), "data.eval_ks",
               self.eval_ks, f"demo counts in 0..data.personas.max_demos={self.personas.max_demos}")
+
+    @property
+    def max_demos(self) -> int:
+        """The demos an episode holds at most, for every source."""
+        return self.personas.max_demos
+
+    def _check_objectives(self) -> None:
+        """Fill a dataset's default objectives; each must weight attributes the dataset has."""
+        train, unseen = DEFAULT_OBJECTIVES[self.source]
+        if not self.objectives:
+            self.objectives = {n: dict(w) for n, w in train.items()}
+        if not self.unseen_objectives:
+            self.unseen_objectives = {n: dict(w) for n, w in unseen.items()}
+        attributes = list(ATTRIBUTES_OF[self.source])
+        for key in ("objectives", "unseen_objectives"):
+            for name, weights in getattr(self, key).items():
+                where = f"data.{key}.{name}"
+                if not isinstance(weights, dict) or not weights:
+                    raise ConfigError(f"config key {where!r} = {weights!r}: expected a non-empty mapping "
+                                      f"{{attribute: weight}} over {self.source}'s attributes {attributes}")
+                unknown = [a for a in weights if a not in attributes]
+                if unknown:
+                    raise ConfigError(f"config key {where!r}: objective names attribute(s) {unknown} the dataset "
+                                      f"{self.source} does not have; its attributes: {attributes}")
+                check(any(float(v) != 0 for v in weights.values()), where, weights,
+                      "at least one nonzero weight")
+        both = sorted(set(self.objectives) & set(self.unseen_objectives))
+        check(not both, "data.unseen_objectives", both,
+              "names apart from data.objectives' (an objective is either trained on or held out)")
 
 
 @dataclasses.dataclass
@@ -81,14 +180,17 @@ class WorkersConfig:
 
     count: int = 2
     num_cpus: float = 1.0
+    num_gpus: float = 0.0  # each learner actor's GPU share (backbone.device=cuda needs one)
 
     def __post_init__(self) -> None:
         check(self.count >= 1, "workers.count", self.count, "an integer >= 1")
         check(self.num_cpus > 0, "workers.num_cpus", self.num_cpus, "a number > 0")
+        check(self.num_gpus >= 0, "workers.num_gpus", self.num_gpus, "a number >= 0")
 
 
 # arm -> (the reward model it is trained against, the persona whose demos steer it)
 ARMS = {"icrm": ("icrm", "a"), "static": ("static", "a"), "icrm_b": ("icrm", "b")}
+PERSONA_RL_STEPS = 40  # rl.steps left unset with data.source=personas; a dataset source: 0
 
 
 def _policy() -> GRPOConfig:
@@ -110,9 +212,15 @@ class RLConfig:
     """ICRM-RL (§C.2, "use as RL reward"): GRPO arms from one SFT policy, each trained against a
     reward model steered by a persona's demos in every row (`ARMS`), all scored by the personas'
     gold rewards. ``policy`` is a GRPO config (model, rollout, learner, grpo, eval); its task is
-    the persona prompts, its run length ``steps``, its reward set by each arm."""
+    the persona prompts, its run length ``steps``, its reward set by each arm.
 
-    steps: int = 40  # GRPO steps per arm; 0 skips RL
+    The arms and their gold rewards are the synthetic personas' (wᵀφ of a response's attributes
+    counted from its text): a dataset source has no gold scorer for a policy's new responses, so
+    with one, ``steps`` left unset is 0 (no RL) and a nonzero ``steps`` is refused. The report
+    says so, as it says that best-of-N and the steering front (which select from the personas'
+    evaluation pool by the same gold reward) are not run."""
+
+    steps: int | None = None  # GRPO steps per arm; 0 skips RL; None: PERSONA_RL_STEPS, or 0 with a dataset
     arms: list[str] = dataclasses.field(default_factory=lambda: list(ARMS))
     estimate: str = "mu"  # reward.icrm_estimate: mu, r or conservative
     # Two personas that weigh disjoint attributes (cosine 0): a = science and formality,
@@ -123,7 +231,7 @@ class RLConfig:
     policy: GRPOConfig = dataclasses.field(default_factory=_policy)
 
     def __post_init__(self) -> None:
-        check(self.steps >= 0, "rl.steps", self.steps, "an integer >= 0")
+        check(self.steps is None or self.steps >= 0, "rl.steps", self.steps, "an integer >= 0")
         check(bool(self.arms) and all(a in ARMS for a in self.arms) and len(set(self.arms)) == len(self.arms),
               "rl.arms", self.arms, f"distinct names among {list(ARMS)}")
         check(self.estimate in ("mu", "r", "conservative"), "rl.estimate", self.estimate, "mu, r or conservative")
@@ -151,13 +259,23 @@ class ICRMRunConfig:
     rl: RLConfig = dataclasses.field(default_factory=RLConfig)
 
     def __post_init__(self) -> None:
+        personas = self.data.source == PERSONAS
+        if self.rl.steps is None:
+            self.rl.steps = PERSONA_RL_STEPS if personas else 0
+        check(personas or self.rl.steps == 0, "rl.steps", self.rl.steps,
+              f"0 (or unset) with data.source={self.data.source}: the RL arms are scored by the synthetic "
+              "personas' gold reward, which a dataset has no equivalent of; add rl.steps=0 (a preset such as "
+              "smoke sets it), or use data.source=personas for ICRM-RL")
         total = self.train.chunks + self.rl.steps
         if self.run.steps == 0:
             self.run = dataclasses.replace(self.run, steps=total)
         check(self.run.steps == total, "run.steps", self.run.steps,
               f"train.chunks + rl.steps = {total} (or 0 for that): the fitting's chunks, then the RL steps")
-        check("static" not in self.rl.arms or self.train.ensemble >= 1, "rl.arms", self.rl.arms,
-              "no static arm with train.ensemble=0 (its reward is the static RM), or train.ensemble >= 1")
+        check(not self.rl.steps or "static" not in self.rl.arms or self.train.ensemble >= 1, "rl.arms",
+              self.rl.arms, "no static arm with train.ensemble=0 (its reward is the static RM), or train.ensemble >= 1")
+        check(self.backbone.device in ("cpu", "auto") or self.workers.num_gpus > 0, "workers.num_gpus",
+              self.workers.num_gpus, f"a GPU share > 0 for backbone.device={self.backbone.device} (a learner "
+              "actor without one sees no GPU), or backbone.device=cpu")
         policy = self.rl.policy
         self.rl.policy = dataclasses.replace(policy, run=dataclasses.replace(policy.run, steps=max(self.rl.steps, 1),
                                                                              seed=self.run.seed))

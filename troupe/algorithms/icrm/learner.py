@@ -6,6 +6,9 @@ same backbone. An actor holds its variants' models, optimizers and episode strea
 fits each to a step count, `predict` scores the evaluation episodes, `export`/`restore` carry
 everything an exact resume needs. Variants draw their episodes from their own seeded stream, so
 a variant's fit does not depend on which actor holds it or on what else that actor holds.
+
+The task's data (`task_data`) is the synthetic text personas (`TaskData`) or a multi-attribute
+dataset split by prompt (`DatasetData`); `train_episodes`, `eval_sets` and `corpus` read either.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ import numpy as np
 import torch
 
 from troupe.actors.base import configure_threads
-from troupe.algorithms.icrm.config import SPLITS, ICRMRunConfig
+from troupe.algorithms.icrm.config import MIN_EVAL_PROMPTS, PERSONAS, SPLITS, ICRMRunConfig
 from troupe.algorithms.icrm.judge_baseline import GenerativeJudge, judge_corpus
-from troupe.algorithms.icrm.text import TextICRM, build_backbone_from, build_judge_lm, response_text
+from troupe.algorithms.icrm.text import (
+    TextICRM,
+    build_backbone_from,
+    build_judge_lm,
+    resolve_device,
+    response_text,
+)
+from troupe.envs.preferences.attributes import AttributeSet
 from troupe.envs.preferences.episodes import Episode
 from troupe.envs.preferences.personas import bt_probability, sample_personas
 from troupe.envs.preferences.text_personas import (
@@ -31,6 +41,7 @@ from troupe.envs.preferences.text_personas import (
     pool_episodes,
     response_pool,
 )
+from troupe.platform.errors import ConfigError, DataError
 from troupe.platform.preference_rows import Comparison
 
 KINDS = ("rm", "judge")
@@ -67,6 +78,9 @@ def icrm_name(lam: float) -> str:
 # -- the task's data, the same in every actor and in the driver --------------------------------
 @dataclasses.dataclass
 class TaskData:
+    """The text personas: train-split persona weights and a response pool for training; per
+    evaluation split its personas, and an evaluation pool."""
+
     personas: TextPersonas
     train_weights: np.ndarray
     pool: ResponsePool
@@ -74,7 +88,39 @@ class TaskData:
     eval_pool: ResponsePool
 
 
-def task_data(cfg: ICRMRunConfig) -> TaskData:
+@dataclasses.dataclass
+class DatasetData:
+    """A multi-attribute dataset's prompts in three parts by a seeded hash of each prompt's text:
+    ``train`` (the training episodes), ``valid`` (λ's choice) and ``test`` (the seen and unseen
+    splits); ``objectives`` label train, valid and seen, ``unseen`` the unseen split."""
+
+    source: str
+    train: AttributeSet
+    valid: AttributeSet
+    test: AttributeSet
+    objectives: dict[str, dict[str, float]]
+    unseen: dict[str, dict[str, float]]
+
+    def split(self, name: str) -> tuple[AttributeSet, dict[str, dict[str, float]]]:
+        """The prompts and the objectives of evaluation split ``name``."""
+        return {"valid": (self.valid, self.objectives), "seen": (self.test, self.objectives),
+                "unseen": (self.test, self.unseen)}[name]
+
+    def facts(self) -> dict[str, object]:
+        """What the report says about the data."""
+        parts = {"train": self.train, "valid": self.valid, "test": self.test}
+        return {"source": self.source, "prompts": {n: len(p.prompts) for n, p in parts.items()},
+                "responses": {n: sum(len(g.responses) for g in p.groups) for n, p in parts.items()},
+                "attributes": list(self.train.attributes), "objectives": self.objectives,
+                "unseen_objectives": self.unseen}
+
+
+def task_data(cfg: ICRMRunConfig) -> TaskData | DatasetData:
+    """The run's data: `persona_data` or `dataset_data` by ``data.source``."""
+    return persona_data(cfg) if cfg.data.source == PERSONAS else dataset_data(cfg)
+
+
+def persona_data(cfg: ICRMRunConfig) -> TaskData:
     d = cfg.data
     tp = TextPersonas(d.personas)
     rng = np.random.default_rng([d.seed, 0])
@@ -86,11 +132,62 @@ def task_data(cfg: ICRMRunConfig) -> TaskData:
     return TaskData(tp, train_w, pool, eval_w, response_pool(tp, d.eval_pool, erng))
 
 
-def eval_sets(cfg: ICRMRunConfig, data: TaskData) -> dict[str, dict[int, tuple[list[Episode], np.ndarray]]]:
-    """Per split and k: the evaluation episodes and each query's true P(a ≻ b) under its persona.
-    The ks are nested: every k reads the first k demos of the same episodes (same personas, same
-    queries), so accuracy-vs-k differences are paired and not sampling noise between sets."""
-    out: dict[str, dict[int, tuple[list[Episode], np.ndarray]]] = {}
+def dataset_data(cfg: ICRMRunConfig) -> DatasetData:
+    """``data.source`` read from ``data.path`` (or its hub id), cut to ``data.max_prompts`` prompts
+    and split by prompt: ``1 - eval_fraction`` for training, the rest halved into validation and
+    test. A part with fewer than `MIN_EVAL_PROMPTS` prompts is an error naming the keys to change."""
+    from troupe.envs.preferences.loaders import load_attribute_set
+
+    d = cfg.data
+    data = load_attribute_set(d.source, d.path, d.split)
+    if d.max_prompts is not None:
+        data = data.limited(d.max_prompts, d.seed)
+    where = f"data.source={d.source} ({data.source})"
+    parts = data.split_by_prompt([1 - d.eval_fraction, d.eval_fraction / 2, d.eval_fraction / 2], d.seed)
+    counts = [len({g.prompt for g in part}) for part in parts]
+    for name, n, least in zip(("training", "validation", "test"), counts, (1, MIN_EVAL_PROMPTS, MIN_EVAL_PROMPTS),
+                              strict=True):
+        if n < least:
+            raise ConfigError(
+                f"data.eval_fraction={d.eval_fraction}: {where} has {len(data.prompts)} prompts with a pair"
+                + (f" (data.max_prompts={d.max_prompts})" if d.max_prompts is not None else "")
+                + f", which gives the {name} part {n} (split {counts} into training, validation and test); "
+                f"it needs at least {least}: give a dataset with more prompts"
+                + (" or raise data.max_prompts" if d.max_prompts is not None else "")
+                + " or change data.eval_fraction")
+    train, valid, test = (AttributeSet(data.attributes, part, f"{data.source} [{name} prompts]")
+                          for part, name in zip(parts, ("training", "validation", "test"), strict=True))
+    return DatasetData(d.source, train, valid, test, dict(d.objectives), dict(d.unseen_objectives))
+
+
+def train_episodes(cfg: ICRMRunConfig, data: TaskData | DatasetData, n: int, rng: np.random.Generator,
+                   k: int | tuple[int, int] | None = None) -> list[Episode]:
+    """n training episodes, ``k`` demos each (default uniform on 0..data.personas.max_demos)."""
+    if isinstance(data, TaskData):
+        return pool_episodes(data.personas, data.pool, data.train_weights, n, rng, k=k)
+    d = cfg.data
+    return data.train.episodes(data.objectives, n, rng, k=(0, d.max_demos) if k is None else k, labels=d.labels,
+                               beta=d.beta)
+
+
+def training_texts(data: TaskData | DatasetData, limit: int | None = None) -> list[str]:
+    """What the encoder reads of the training responses (each with its prompt), up to ``limit``."""
+    if isinstance(data, TaskData):
+        pool = data.pool
+        return [response_text(p, t) for p, t in zip(pool.prompts[:limit], pool.texts[:limit], strict=False)]
+    return [response_text(p, r) for p, r in data.train.texts()[:limit]]
+
+
+EvalSets = dict[str, dict[int, tuple[list[Episode], np.ndarray]]]  # split -> k -> (episodes, p_true)
+
+
+def eval_sets(cfg: ICRMRunConfig, data: TaskData | DatasetData) -> EvalSets:
+    """Per split and k: the evaluation episodes and each query's true P(a ≻ b) under its persona
+    or objective. The ks are nested: every k reads the first k demos of the same episodes (same
+    personas, same queries), so accuracy-vs-k differences are paired and not sampling noise between sets."""
+    if isinstance(data, DatasetData):
+        return _dataset_eval_sets(cfg, data)
+    out: EvalSets = {}
     feats = dict(zip(data.eval_pool.texts, data.eval_pool.features, strict=True))
     k_max = max(cfg.data.eval_ks)
     for si, split in enumerate(SPLITS):
@@ -107,12 +204,32 @@ def eval_sets(cfg: ICRMRunConfig, data: TaskData) -> dict[str, dict[int, tuple[l
     return out
 
 
-def corpus(cfg: ICRMRunConfig, data: TaskData) -> list[str]:
+def _dataset_eval_sets(cfg: ICRMRunConfig, data: DatasetData) -> EvalSets:
+    """As `eval_sets` on held-out prompts; p_true is σ(β·margin) (bt labels) or the label (threshold)."""
+    d = cfg.data
+    out = {}
+    for si, split in enumerate(SPLITS):
+        part, objectives = data.split(split)
+        rng = np.random.default_rng([d.seed, 2, si])
+        try:
+            full, p_true = part.labelled_episodes(objectives, d.eval_episodes, rng, k=max(d.eval_ks), labels=d.labels,
+                                                  beta=d.beta)
+        except DataError as e:
+            key = "data.unseen_objectives" if split == "unseen" else "data.objectives"
+            raise DataError(f"the {split} split ({key}, {len(part.prompts)} held-out prompts): {e}") from None
+        out[split] = {k: ([dataclasses.replace(e, demos=e.demos[:k]) for e in full], p_true) for k in d.eval_ks}
+    return out
+
+
+def corpus(cfg: ICRMRunConfig, data: TaskData | DatasetData) -> list[str]:
     """What the embedded backbone's tokenizer is trained and the backbone pretrained on: responses
     with their prompts, and judge prompts."""
     rng = np.random.default_rng([cfg.data.seed, 3])
-    texts = [response_text(p, t) for p, t in zip(data.pool.prompts[:4000], data.pool.texts[:4000], strict=False)]
-    eps = pool_episodes(data.personas, data.pool, data.train_weights, 200, rng, k=(0, 2))
+    texts = training_texts(data, 4000)
+    if isinstance(data, TaskData):
+        eps = pool_episodes(data.personas, data.pool, data.train_weights, 200, rng, k=(0, 2))
+    else:
+        eps = train_episodes(cfg, data, 200, rng, k=(0, min(2, cfg.data.max_demos)))
     return texts + judge_corpus(eps)
 
 
@@ -159,12 +276,14 @@ def mixed_demos(sel: SelectionSet, m_b: int) -> list[tuple[Comparison, ...]]:
 class _Fit:
     """A variant's model, optimizer, schedule and episode stream."""
 
-    def __init__(self, v: Variant, cfg: ICRMRunConfig, backbone_path: str, data: TaskData) -> None:
+    def __init__(self, v: Variant, cfg: ICRMRunConfig, backbone_path: str, data: TaskData | DatasetData) -> None:
         self.v = v
+        self.cfg = cfg
         t = cfg.train
+        device = resolve_device(cfg.backbone.device)
         if v.kind == "judge":
             lm, tok, max_tokens = build_judge_lm(cfg, backbone_path)
-            self.model = GenerativeJudge(lm, tok, max_tokens)
+            self.model = GenerativeJudge(lm.to(device), tok, max_tokens)
             self.steps = t.judge_steps or t.steps
             self.batch_size = t.judge_batch_size
         else:
@@ -172,10 +291,8 @@ class _Fit:
             icrm_cfg = dataclasses.replace(cfg.icrm, kl_weight=v.kl_weight)
             torch.manual_seed(v.seed)  # the heads' and context encoder's initialisation
             self.model = TextICRM(backbone, tok, icrm_cfg, cfg.backbone.max_tokens, v.objective, v.context,
-                                  cfg.backbone.train, cfg.backbone.features)
-            pool = data.pool
-            self.model.fit_standardiser([response_text(p, y) for p, y in zip(pool.prompts[:2000], pool.texts[:2000],
-                                                                               strict=False)])
+                                  cfg.backbone.train, cfg.backbone.features, cfg.backbone.encode_batch).to(device)
+            self.model.fit_standardiser(training_texts(data, 2000))
             self.steps = t.steps
             self.batch_size = t.batch_size
         self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=t.lr)
@@ -184,13 +301,13 @@ class _Fit:
         self.done = 0
         self.losses: list[float] = []
 
-    def train_to(self, until: int, data: TaskData) -> None:
+    def train_to(self, until: int, data: TaskData | DatasetData) -> None:
         until = min(until, self.steps)
         self.model.train()
         while self.done < until:
             # a static model reads no demo: its episodes are drawn without them
             k = 0 if self.v.kind == "rm" and not self.v.context else None
-            eps = pool_episodes(data.personas, data.pool, data.train_weights, self.batch_size, self.rng, k=k)
+            eps = train_episodes(self.cfg, data, self.batch_size, self.rng, k=k)
             if isinstance(self.model, GenerativeJudge):
                 out = self.model(eps)
                 loss = self.model.loss(out, eps)
@@ -223,16 +340,27 @@ class _Fit:
             out["tau"] = torch.cat(taus).tolist()
         return out
 
+    def _frozen_backbone(self) -> bool:
+        return isinstance(self.model, TextICRM) and not self.model.train_backbone
+
     def state(self) -> bytes:
+        # A frozen backbone is the one every actor loads from the backbone path: a checkpoint keeps
+        # the heads and context encoder only (a 1.5B backbone per model would be gigabytes each).
+        frozen = self._frozen_backbone()
+        weights = {"icrm": self.model.icrm.state_dict()} if frozen else {"model": self.model.state_dict()}
         buf = io.BytesIO()
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
+        torch.save({**weights, "opt": self.opt.state_dict(), "sched": self.sched.state_dict(),
                     "rng": self.rng.bit_generator.state, "done": self.done, "losses": self.losses,
                     "torch_rng": torch.get_rng_state()}, buf)
         return buf.getvalue()
 
     def restore(self, blob: bytes) -> None:
-        s = torch.load(io.BytesIO(blob), weights_only=False)
-        self.model.load_state_dict(s["model"])
+        s = torch.load(io.BytesIO(blob), weights_only=False, map_location=self.model.device
+                       if isinstance(self.model, TextICRM) else None)
+        if "icrm" in s:
+            self.model.icrm.load_state_dict(s["icrm"])
+        else:
+            self.model.load_state_dict(s["model"])
         self.opt.load_state_dict(s["opt"])
         self.sched.load_state_dict(s["sched"])
         self.rng.bit_generator.state = s["rng"]
@@ -243,10 +371,11 @@ class _Fit:
 class ICRMLearner:
     """Fits its share of the variants (the ``"learner"`` role of `troupe run icrm`)."""
 
-    def __init__(self, cfg: ICRMRunConfig, variants: list[Variant], backbone_path: str) -> None:
+    def __init__(self, cfg: ICRMRunConfig, variants: list[Variant], backbone_path: str,
+                 data: TaskData | DatasetData | None = None) -> None:
         configure_threads()
         self.cfg = cfg
-        self.data = task_data(cfg)
+        self.data = data if data is not None else task_data(cfg)
         self.fits = {v.name: _Fit(v, cfg, backbone_path, self.data) for v in variants}
         self._evals: dict | None = None
         self._share_states()
@@ -263,7 +392,10 @@ class ICRMLearner:
         shared = models[0]._states
         for m in models[1:]:
             m._states = shared
-        texts = [response_text(p, t) for p in PROMPTS for t in self.data.pool.texts]
+        if isinstance(self.data, TaskData):
+            texts = [response_text(p, t) for p in PROMPTS for t in self.data.pool.texts]
+        else:
+            texts = training_texts(self.data)
         with torch.no_grad():
             for lo in range(0, len(texts), 512):
                 models[0].encode(texts[lo:lo + 512], cache=True)

@@ -75,9 +75,20 @@ class BackboneConfig:
     max_tokens: int = 96  # tokens read per response (its prompt cut first, from the left)
     features: int = 16  # the learned projection of each response's state the context encoder reads
     dtype: str = "float32"
+    # Where a learner actor puts the backbone, the heads and the judge: cpu, cuda, cuda:N, or auto
+    # (cuda when the actor sees a GPU). A GPU needs a GPU share for the actor (workers.num_gpus).
+    device: str = "cpu"
+    # Texts the backbone reads in one forward pass; null: all that a batch of episodes holds at once
+    # (short synthetic responses). Long responses on a large backbone need a bound.
+    encode_batch: int | None = None
 
     def __post_init__(self) -> None:
+        check(self.device in ("cpu", "cuda", "auto") or (self.device.startswith("cuda:")
+                                                        and self.device[5:].isdigit()),
+              "backbone.device", self.device, "cpu, cuda, cuda:N or auto")
         check(self.features >= 1, "backbone.features", self.features, "an integer >= 1")
+        check(self.encode_batch is None or self.encode_batch >= 1, "backbone.encode_batch", self.encode_batch,
+              "an integer >= 1, or null")
         check(isinstance(self.max_tokens, int) and self.max_tokens >= 4, "backbone.max_tokens", self.max_tokens,
               "an integer >= 4")
         check(self.dtype in ("float32", "bfloat16", "float16"), "backbone.dtype", self.dtype,
@@ -97,7 +108,9 @@ def prepare_backbone(cfg: BackboneConfig, corpus: Sequence[str], key: dict[str, 
 
     if cfg.path != "tiny":
         return cfg.path, {"backbone": cfg.path, "pretrained": "its own weights"}
-    src = {"backbone": dataclasses.asdict(cfg) | {"train": None}, "corpus": key, "v": 1}
+    # where and in what batches it is read do not change the pretrained weights
+    shape = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("device", "encode_batch")}
+    src = {"backbone": shape | {"train": None}, "corpus": key, "v": 1}
     digest = hashlib.sha256(json.dumps(src, sort_keys=True).encode()).hexdigest()[:16]
     final = cache_root(ModelConfig()) / "icrm_backbone" / digest
     if (final / "pretrain.json").is_file():
@@ -151,6 +164,13 @@ def _pretrain(cfg: BackboneConfig, corpus: list[str], out: Path) -> dict[str, An
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def resolve_device(device: str) -> str:
+    """``backbone.device`` as torch names it: ``auto`` is cuda where this process sees a GPU."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def build_backbone_from(cfg: BackboneConfig, path: str) -> tuple[Any, Any]:
     """(base model, tokenizer) of the causal LM at ``path`` (what `prepare_backbone` returned)."""
     from troupe.actors.models import load_causal_lm
@@ -186,7 +206,7 @@ class TextICRM(nn.Module):
 
     def __init__(self, backbone: Any, tokenizer: Any, cfg: ICRMConfig, max_tokens: int = 96,
                  objective: str = "elbo", context: bool = True, train_backbone: bool = False,
-                 features: int = 16) -> None:
+                 features: int = 16, encode_batch: int | None = None) -> None:
         super().__init__()
         if objective not in OBJECTIVES:
             raise ConfigError(f"icrm objective {objective!r}: expected one of {OBJECTIVES}")
@@ -200,6 +220,7 @@ class TextICRM(nn.Module):
         self.objective = objective
         self.context = context
         self.train_backbone = train_backbone
+        self.encode_batch = encode_batch
         self.backbone.requires_grad_(train_backbone)
         self._states: dict[str, Tensor] = {}  # a frozen backbone's state of each text it has read
         self.icrm = ICRM(cfg)
@@ -216,6 +237,7 @@ class TextICRM(nn.Module):
     @torch.no_grad()
     def fit_standardiser(self, texts: Sequence[str], chunk: int = 512) -> None:
         """Centre and scale of each pooled dimension over ``texts`` (the training responses)."""
+        chunk = min(chunk, self.encode_batch or chunk)
         z = torch.cat([self._encode(list(texts[lo:lo + chunk])) for lo in range(0, len(texts), chunk)])
         self.icrm.state_center.copy_(z.mean(0))
         self.icrm.state_scale.copy_(z.std(0).clamp_min(1e-4))
@@ -227,14 +249,14 @@ class TextICRM(nn.Module):
         With a frozen backbone and ``cache``, each text's state is computed once and kept (the
         training pool), up to `CACHE_LIMIT` texts."""
         if not texts:
-            return torch.zeros(0, self.state_dim)
+            return torch.zeros(0, self.state_dim, device=self.device)
         if self.train_backbone or not cache:
             with torch.set_grad_enabled(self.train_backbone and torch.is_grad_enabled()):
-                return self._encode(list(texts))
+                return self._encode_all(list(texts))
         new = [t for t in dict.fromkeys(texts) if t not in self._states]
         if new:
             with torch.no_grad():
-                z = self._encode(new)
+                z = self._encode_all(new)
             if len(self._states) + len(new) > CACHE_LIMIT:
                 fresh = dict(zip(new, z, strict=True))
                 return torch.stack([self._states.get(t, fresh.get(t)) for t in texts])
@@ -244,6 +266,13 @@ class TextICRM(nn.Module):
     def features(self, texts: Sequence[str], cache: bool = False) -> Tensor:
         """(n, features): each text's state through the learned projection, what the context encoder reads."""
         return self.icrm.project(self.encode(texts, cache))
+
+    def _encode_all(self, texts: list[str]) -> Tensor:
+        """`_encode` of every text, ``encode_batch`` at a time."""
+        step = self.encode_batch or max(len(texts), 1)
+        if len(texts) <= step:
+            return self._encode(texts)
+        return torch.cat([self._encode(texts[lo:lo + step]) for lo in range(0, len(texts), step)])
 
     def _encode(self, texts: list[str]) -> Tensor:
         """Standardised pooled states (see `fit_standardiser`)."""
@@ -258,6 +287,10 @@ class TextICRM(nn.Module):
             parts += [total / mask.sum(1).clamp_min(1), total / SUM_SCALE]
         z = torch.cat(parts, -1).float()
         return (z - self.icrm.state_center) / self.icrm.state_scale
+
+    @property
+    def device(self) -> torch.device:
+        return self.icrm.state_center.device
 
     def batch(self, episodes: Sequence[Episode]) -> dict[str, Tensor]:
         """The tensors `ICRM` reads: every distinct text encoded once, then placed in its slot."""
@@ -287,10 +320,12 @@ class TextICRM(nn.Module):
             qa[i], qb[i] = index(e.query.prompt, e.query.a), index(e.query.prompt, e.query.b)
         z = self.features(list(texts), cache=True)
         dim = z.shape[-1]
+        chosen, rejected, mask, demo_label, qa, qb = (t.to(z.device)
+                                                      for t in (chosen, rejected, mask, demo_label, qa, qb))
         return {"demo_chosen": z[chosen.view(-1)].view(n, slots, dim) * mask[..., None],
                 "demo_rejected": z[rejected.view(-1)].view(n, slots, dim) * mask[..., None],
                 "demo_mask": mask, "demo_label": demo_label * mask, "query_a": z[qa], "query_b": z[qb],
-                "label": torch.tensor([float(e.query.label) for e in episodes])}
+                "label": torch.tensor([float(e.query.label) for e in episodes], device=z.device)}
 
     def forward(self, episodes: Sequence[Episode]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """(heads' outputs, the batch) for ``episodes``."""
@@ -316,8 +351,9 @@ class TextICRM(nn.Module):
                 ci[i, j] = texts.setdefault(response_text(d.prompt, d.chosen), len(texts))
                 ri[i, j] = texts.setdefault(response_text(d.prompt, d.rejected), len(texts))
                 mask[i, j] = True
-        z = self.features(list(texts)) if texts else torch.zeros(1, self.cfg.feature_dim)
+        z = self.features(list(texts)) if texts else torch.zeros(1, self.cfg.feature_dim, device=self.device)
         dim = z.shape[-1]
+        ci, ri, mask = ci.to(z.device), ri.to(z.device), mask.to(z.device)
         return (z[ci.view(-1)].view(n, slots, dim) * mask[..., None], z[ri.view(-1)].view(n, slots, dim) * mask[..., None],
                 mask)
 
