@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # troupe's GPU checks: the vLLM rollout engine and weight sync (pytest -m gpu), a short GRPO
 # run with rollout.backend=vllm colocated with the learner on one GPU, BPO's vl-gpu preset
-# on a tiny hub-format Qwen2.5-VL checkpoint, and OPD's gpu preset on tiny Qwen2 models.
+# on a tiny hub-format Qwen2.5-VL checkpoint, OPD's gpu preset on tiny Qwen2 models, and ICRM's
+# gpu preset on a tiny Qwen2 backbone and a small HelpSteer2-format file.
 #
 #   scripts/gpu_check.sh OUT_DIR
 #
@@ -106,6 +107,37 @@ step opd-gpu "$venv/bin/troupe" run opd --preset gpu --out "$out/opd-gpu" \
   opd.prompts_per_step=8 eval.num_prompts=20 run.steps=3 run.eval_every=3 run.checkpoint_every=3 run.progress=false
 if [ -f "$out/opd-gpu/summary.json" ]; then
   cp "$out/opd-gpu/summary.json" "$out/opd-gpu-summary.json"
+fi
+
+# ICRM's one-GPU preset (bf16 backbone and the heads on cuda, learners with half a GPU each,
+# HelpSteer2 by hub id) on a tiny Qwen2 backbone and a HelpSteer2-format file written here: neither
+# the hub model nor the hub dataset can be downloaded here, the code path is the same.
+mkdir -p "$out/tiny-icrm"
+step tiny-icrm-data "$venv/bin/python" -c '
+import json, sys
+import numpy as np
+from troupe.actors.models import TinyLMSpec, build_tiny_lm, save_model, train_tokenizer
+rng = np.random.default_rng(0)
+words = "the answer is clear because we checked each step and found that it holds for all cases".split()
+rows = []
+for i in range(120):
+    prompt = f"Question {i}: " + " ".join(rng.choice(words, 6))
+    for _ in range(2):
+        n = int(rng.integers(2, 30))
+        rows.append({"prompt": prompt, "response": " ".join(rng.choice(words, n)), "helpfulness": min(4, n // 7),
+                     "correctness": int(rng.integers(5)), "coherence": int(rng.integers(5)),
+                     "complexity": int(rng.integers(5)), "verbosity": min(4, n // 7)})
+with open(sys.argv[1] + "/helpsteer2.jsonl", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+tok = train_tokenizer([r["prompt"] + "\n" + r["response"] for r in rows], 384)
+save_model(build_tiny_lm(TinyLMSpec(), tok, seed=0), tok, sys.argv[1] + "/backbone")
+' "$out/tiny-icrm" && \
+step icrm-gpu "$venv/bin/troupe" run icrm --preset gpu --out "$out/icrm-gpu" \
+  backbone.path="$out/tiny-icrm/backbone" data.path="$out/tiny-icrm/helpsteer2.jsonl" backbone.max_tokens=64 \
+  data.eval_fraction=0.3 data.eval_episodes=100 train.steps=40 train.chunks=2 train.judge_steps=10 \
+  run.progress=false
+if [ -f "$out/icrm-gpu/summary.json" ]; then
+  cp "$out/icrm-gpu/summary.json" "$out/icrm-gpu-summary.json"
 fi
 
 if [ "$failed" -ne 0 ]; then

@@ -81,3 +81,58 @@ def test_a_failing_section_is_a_claim_that_does_not_hold(tmp_path, monkeypatch):
     assert gpu.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
     written = json.loads((tmp_path / "gpu.json").read_text())["claims"]
     assert {"claim": "tiny LM runs to the end", "measured": "RuntimeError: no kernel", "holds": False} in written
+
+
+# -- scripts/gpu_check.sh ----------------------------------------------------------------------------
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+
+def test_the_gpu_check_script_parses_and_every_preset_it_runs_exists():
+    import re
+
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
+    runs = re.findall(r"troupe\" run (\w+) --preset ([\w-]+)", SCRIPT.read_text())
+    assert {alg for alg, _ in runs} >= {"grpo", "bpo", "opd", "icrm"}
+    for alg, preset in runs:
+        assert (ROOT / "troupe" / "algorithms" / alg / "presets" / f"{preset}.yaml").is_file(), (alg, preset)
+
+
+def icrm_step(out: Path) -> tuple[str, list[str]]:
+    """The ICRM step of the script: its data snippet and the overrides of its run, ``$out`` → ``out``."""
+    import re
+    import shlex
+
+    text = SCRIPT.read_text()
+    snippet = re.search(r"step tiny-icrm-data \"\$venv/bin/python\" -c '\n(.*?)\n' \"\$out/tiny-icrm\"", text, re.S)
+    command = re.search(r"step icrm-gpu \"\$venv/bin/troupe\" run icrm --preset gpu --out \"\$out/icrm-gpu\" \\\n"
+                        r"((?:.*\\\n)*.*)\n", text)
+    assert snippet and command
+    overrides = shlex.split(command.group(1).replace("\\\n", " ").replace("$out", str(out)))
+    return snippet.group(1), overrides
+
+
+@pytest.mark.timeout(120)
+def test_the_icrm_step_writes_its_backbone_and_data_and_its_overrides_resolve_with_the_gpu_preset(tmp_path,
+                                                                                                   monkeypatch):
+    """What the ICRM step runs on a GPU node, short of the run: the snippet writes a tiny Qwen2
+    backbone and a HelpSteer2-format file, and the gpu preset with the step's overrides reads them
+    into held-out evaluation splits (the run itself on CPU: tests/algorithms/icrm/test_icrm_sources.py)."""
+    import datasets
+
+    from troupe.algorithms.icrm.algorithm import ICRMAlgorithm
+    from troupe.algorithms.icrm.config import ICRMRunConfig
+    from troupe.algorithms.icrm.learner import eval_sets, task_data
+    from troupe.platform.config import resolve
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets-cache"))
+    snippet, overrides = icrm_step(tmp_path)
+    (tmp_path / "tiny-icrm").mkdir()
+    proc = subprocess.run([sys.executable, "-c", snippet, str(tmp_path / "tiny-icrm")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "tiny-icrm/backbone/config.json").read_text())["model_type"] == "qwen2"
+    cfg = resolve(ICRMRunConfig, ICRMAlgorithm.presets_dir(), "gpu", overrides)
+    assert cfg.backbone.path == str(tmp_path / "tiny-icrm/backbone") and cfg.backbone.device == "cuda"
+    assert cfg.workers.num_gpus > 0 and cfg.data.source == "helpsteer2" and cfg.rl.steps == 0
+    sets = eval_sets(cfg, task_data(cfg))
+    assert all(len(sets[s][k][0]) == cfg.data.eval_episodes for s in sets for k in cfg.data.eval_ks)
