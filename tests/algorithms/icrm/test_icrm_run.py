@@ -39,7 +39,7 @@ def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_l
     for name in ("report.md", "summary.json", "predictions.json", "truth.json", "selection.json", "rl.jsonl",
                  "models/icrm/icrm.json", "models/static/icrm.safetensors", "plots/accuracy_vs_k_seen.png",
                  "plots/reliability.png", "plots/ece_vs_lambda.png", "plots/rl_gold_a.png", "best_of_n.json",
-                 "plots/best_of_n_gold_vs_kl.png", "plots/steering_front.png"):
+                 "plots/best_of_n_gold_vs_kl.png", "plots/steering_front.png", "plots/rl_gold_vs_kl.png"):
         assert (full / name).is_file(), name
     predictions = json.loads((full / "predictions.json").read_text())
     assert set(predictions) == {"icrm_lam1", "icrm_lam0.1", "point", "static_0", "static_1", "judge"}

@@ -350,8 +350,10 @@ class ICRMAlgorithm(Algorithm):
         written = analysis.plots(tab, predictions, truth, selected, run.plots_dir)
         written += analysis.selection_plots(picks, run.plots_dir) if picks else []
         written += analysis.rl_plots(records, run.plots_dir)
+        curves = analysis.rl_kl_curves(records, history, config.train.chunks)
+        written += analysis.rl_kl_plot(curves, run.plots_dir)
         summary = {"selected": selected, "validation_ece": eces, "metrics": tab, "claims": claim_list,
-                   "rl": records, "plots": written, "best_of_n": picks}
+                   "rl": records, "rl_gold_vs_kl": curves, "plots": written, "best_of_n": picks}
         sections = analysis.sections(tab, selected, eces, claim_list, written)
         sections += analysis.selection_section(picks) if picks else []
         data_file = run.run_dir / "data.json"

@@ -195,6 +195,47 @@ def sections(tab: dict[str, Any], selected: str, eces: dict[str, float], claim_l
 
 # -- ICRM-RL ---------------------------------------------------------------------------------------
 ARM_LABEL = {"icrm": "ICRM steered by a", "static": "static RM", "icrm_b": "ICRM steered by b"}
+OWN_PERSONA = {"icrm": "a", "static": "a", "icrm_b": "b"}  # the persona whose gold an arm is trained toward
+
+
+def rl_kl_curves(records: list[dict[str, Any]], history: list[dict[str, Any]],
+                 first_rl_step: int) -> dict[str, list[tuple[float, float]]]:
+    """Per arm, (KL to the start policy, its own persona's gold reward) at every RL evaluation:
+    the over-optimisation curve (§C.4). The KL is the run's k3 estimate ``rl/kl/ref/<arm>`` on
+    the batch of the last step before the evaluation (0 before the first); ``first_rl_step`` is
+    the driver step of RL step 0."""
+    by_step = {int(r["step"]): r for r in history if "step" in r}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for rec in records:
+        t = int(rec["rl_step"])
+        row = by_step.get(first_rl_step + t - 1, {}) if t else {}
+        for arm, who in OWN_PERSONA.items():
+            gold = rec.get(f"gold/{arm}/{who}")
+            kl = 0.0 if t == 0 else row.get(f"rl/kl/ref/{arm}")
+            if gold is not None and kl is not None:
+                out.setdefault(arm, []).append((float(kl), float(gold)))
+    return out
+
+
+def rl_kl_plot(curves: dict[str, list[tuple[float, float]]], plots_dir: Path) -> list[str]:
+    """Each arm's own persona's gold reward against its KL to the start policy."""
+    if not any(len(c) > 1 for c in curves.values()):
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    for i, (arm, pts) in enumerate(curves.items()):
+        kl, gold = zip(*pts, strict=True)
+        ax.plot(kl, gold, marker="o", color=f"C{i}", label=f"{ARM_LABEL.get(arm, arm)} (persona {OWN_PERSONA[arm]})")
+    ax.set_xlabel("KL(π ‖ π_SFT), k3 estimate on the step's batch")
+    ax.set_ylabel("own persona's gold reward (held-out, greedy)")
+    ax.set_title("ICRM-RL: gold reward against KL to the start policy", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return [save_figure(fig, plots_dir / "rl_gold_vs_kl.png")]
 
 
 def rl_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
