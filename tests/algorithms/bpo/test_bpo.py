@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -222,11 +223,16 @@ def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache
     assert main(["report", str(d)]) == 0
     assert "BPO against its baselines" in (d / "report.md").read_text()
 
-    # Interrupted after 2 steps and resumed: the same metrics as the uninterrupted run.
+    # Killed after its checkpoint at step 2 (the later one lost) and resumed: the same metrics as
+    # the uninterrupted run.
     part = tmp_path / "part"
-    with Run("bpo", preset="smoke", overrides=[*fast, "run.steps=2"], out=part) as r:
-        r.run()
-    with Run("bpo", resume=part, overrides=["run.steps=4"]) as r:
+    shutil.copytree(d, part)
+    for ckpt in (part / "checkpoints").glob("step-*"):
+        if int(ckpt.name.removeprefix("step-")) > 2:
+            shutil.rmtree(ckpt)
+    (part / "checkpoints" / "latest").write_text("step-00000002\n")
+    with Run("bpo", resume=part) as r:
+        assert r.step_index == 2
         r.run()
     assert _train_rows(part) == rows
 
