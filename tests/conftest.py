@@ -149,6 +149,30 @@ def replay_first_rollout(ray_local):
     return replay
 
 
+@pytest.fixture
+def resume_from_checkpoint(ray_local):
+    """A function ``(algorithm, run_dir, dest, step) -> dest``: a copy of a finished run whose
+    checkpoints after ``step`` are removed, as a run killed before its next checkpoint leaves
+    it, resumed to the end (asserting it resumed at ``step``)."""
+
+    def resume(algorithm: str, run_dir: Path, dest: Path, step: int) -> Path:
+        import shutil
+
+        from troupe import Run
+
+        shutil.copytree(run_dir, dest)
+        for ckpt in (dest / "checkpoints").glob("step-*"):
+            if int(ckpt.name.removeprefix("step-")) > step:
+                shutil.rmtree(ckpt)
+        (dest / "checkpoints" / "latest").write_text(f"step-{step:08d}\n")
+        with Run(algorithm, resume=dest) as r:
+            assert r.step_index == step
+            r.run()
+        return dest
+
+    return resume
+
+
 @pytest.fixture(scope="session")
 def troupe_cache(tmp_path_factory):
     """A private SFT cache for the session (so tests never read a user's ~/.cache/troupe)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -197,7 +196,7 @@ def _train_rows(run_dir):
 
 
 @pytest.mark.timeout(900)
-def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache):
+def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache, resume_from_checkpoint):
     fast = ["run.progress=false"]
     d = tmp_path / "full"
     with Run("bpo", preset="smoke", overrides=fast, out=d) as r:
@@ -225,15 +224,7 @@ def test_bpo_smoke_end_to_end_and_exact_resume(tmp_path, ray_local, troupe_cache
 
     # Killed after its checkpoint at step 2 (the later one lost) and resumed: the same metrics as
     # the uninterrupted run.
-    part = tmp_path / "part"
-    shutil.copytree(d, part)
-    for ckpt in (part / "checkpoints").glob("step-*"):
-        if int(ckpt.name.removeprefix("step-")) > 2:
-            shutil.rmtree(ckpt)
-    (part / "checkpoints" / "latest").write_text("step-00000002\n")
-    with Run("bpo", resume=part) as r:
-        assert r.step_index == 2
-        r.run()
+    part = resume_from_checkpoint("bpo", d, tmp_path / "part", 2)
     assert _train_rows(part) == rows
 
 

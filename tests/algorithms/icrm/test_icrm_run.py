@@ -5,7 +5,6 @@ run directory, and an exact resume from the fitting and from the RL phase."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -18,21 +17,9 @@ def _files(run_dir):
     return {name: (run_dir / name).read_text() for name in ("predictions.json", "rl.jsonl")}
 
 
-def _resume_from(full, tmp_path, step):
-    part = tmp_path / f"part{step}"
-    shutil.copytree(full, part)
-    for ckpt in (part / "checkpoints").glob("step-*"):
-        if int(ckpt.name.removeprefix("step-")) > step:
-            shutil.rmtree(ckpt)
-    (part / "checkpoints" / "latest").write_text(f"step-{step:08d}\n")
-    with Run("icrm", resume=part) as r:
-        assert r.step_index == step
-        r.run()
-    return part
-
-
 @pytest.mark.timeout(900)
-def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_local, troupe_cache, tmp_path):
+def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_local, troupe_cache, tmp_path,
+                                                                         resume_from_checkpoint):
     full = tmp_path / "full"
     with Run("icrm", preset="smoke", overrides=FAST, out=full) as r:
         r.run()
@@ -73,17 +60,17 @@ def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_l
     assert len(rl_rows) == 2 and all(0 < r["rl/reward/mean/icrm"] < 1 for r in rl_rows)
 
     # Interrupted in the RL phase (the last two checkpoints are kept): the same files at the end.
-    part = _resume_from(full, tmp_path, 3)
+    part = resume_from_checkpoint("icrm", full, tmp_path / "part3", 3)
     assert _files(part) == _files(full)
 
 
 @pytest.mark.timeout(600)
-def test_a_run_interrupted_in_the_fitting_resumes_exactly(ray_local, troupe_cache, tmp_path):
+def test_a_run_interrupted_in_the_fitting_resumes_exactly(ray_local, troupe_cache, tmp_path, resume_from_checkpoint):
     full = tmp_path / "full"
     with Run("icrm", preset="smoke", overrides=[*FAST, "rl.steps=0"], out=full) as r:
         r.run()
     assert not (full / "rl.jsonl").exists()
-    part = _resume_from(full, tmp_path, 1)
+    part = resume_from_checkpoint("icrm", full, tmp_path / "part1", 1)
     assert (part / "predictions.json").read_text() == (full / "predictions.json").read_text()
     a, b = (json.loads((d / "selection.json").read_text()) for d in (part, full))
     assert (a["selected"], a["validation_ece"]) == (b["selected"], b["validation_ece"])

@@ -4,7 +4,6 @@ run directory, an exact resume, and bad input refused before any actor starts.""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -20,7 +19,7 @@ def _evals(run_dir):
 
 
 @pytest.mark.timeout(900)
-def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache, tmp_path):
+def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache, tmp_path, resume_from_checkpoint):
     full = tmp_path / "full"
     # the NE-OPD arm rolls in ε-greedy: exploring, seeded, and resumed exactly like the rest
     with Run("opd", preset="smoke", overrides=[*FAST, "opd.explore=0.1"], out=full) as r:
@@ -43,15 +42,7 @@ def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache,
     report = (full / "report.md").read_text()
     assert "## OPD under a noisy teacher" in report and "the noisy teacher itself" in report
 
-    part = tmp_path / "part"
-    shutil.copytree(full, part)
-    for ckpt in (part / "checkpoints").glob("step-*"):
-        if int(ckpt.name.removeprefix("step-")) > 2:
-            shutil.rmtree(ckpt)
-    (part / "checkpoints" / "latest").write_text("step-00000002\n")
-    with Run("opd", resume=part) as r:
-        assert r.step_index == 2
-        r.run()
+    part = resume_from_checkpoint("opd", full, tmp_path / "part", 2)
     assert _evals(part) == rows
     assert (part / "eval.json").read_text() == (full / "eval.json").read_text()
 
