@@ -208,6 +208,26 @@ def before_step(run: Any, k: int, inject: Callable[[], None]) -> None:
     run.algo.step = step_with_fault
 
 
+def kill_engine_in_flight(run: Any, k: int) -> None:
+    """At step ``k``, kill rollout engine 0 just after the step's rollout is issued: it dies with
+    its generate call in flight (and Ray restarts it)."""
+    import ray
+
+    policy, engines = run.algo.policy, run.graph["rollout"]
+    rollout = policy.rollout
+
+    def rollout_then_kill(*a: Any, **kw: Any) -> Any:
+        pending = rollout(*a, **kw)
+        policy.rollout = rollout  # once
+        ray.kill(engines[0], no_restart=False)
+        return pending
+
+    def arm() -> None:
+        policy.rollout = rollout_then_kill
+
+    before_step(run, k, arm)
+
+
 def grpo(out: Path, *extra: str, resume: bool = False) -> Any:
     """A GRPO `Run` at smoke scale writing to ``out`` (or resuming it)."""
     from troupe.platform.driver import Run
@@ -231,22 +251,8 @@ def reference_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 @scenario("rollout_killed")
 def rollout_killed(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    import ray
-
     with grpo(work / "run", *args.overrides) as run:
-        policy, engines = run.algo.policy, run.graph["rollout"]
-        rollout = policy.rollout
-
-        def rollout_then_kill(*a: Any, **kw: Any) -> Any:
-            pending = rollout(*a, **kw)
-            policy.rollout = rollout  # once
-            ray.kill(engines[0], no_restart=False)  # dies with its generate call in flight
-            return pending
-
-        def arm() -> None:
-            policy.rollout = rollout_then_kill
-
-        before_step(run, 1, arm)
+        kill_engine_in_flight(run, 1)
         run.run()
     return row("rollout_killed", "a rollout engine killed with its generate call in flight (step 1)", "continued",
                work / "run", reference=args.reference)

@@ -36,10 +36,16 @@ CALL_TIMEOUT_S = 30
 REWARD_HANG_FLAG = Path(tempfile.gettempdir()) / f"troupe-fault-table-{os.getuid()}-reward-hang"
 
 
-def comparable_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """A run's metrics rows without what legitimately differs between runs: timings and faults."""
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and k != "faults"}
-            for r in read_metrics(Path(run_dir) / "metrics.jsonl")]
+def _faults_benchmark() -> Any:
+    spec = importlib.util.spec_from_file_location("faults_benchmark", ROOT / "benchmarks" / "faults.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The injections are the fault benchmark's own, so the table's tests and its figures inject alike.
+FAULTS = _faults_benchmark()
+comparable_rows, before_step = FAULTS.comparable_rows, FAULTS.before_step
 
 
 @pytest.fixture(scope="module")
@@ -52,36 +58,12 @@ def uninterrupted(ray_local, troupe_cache, tmp_path_factory) -> list[dict[str, A
     return comparable_rows(out)
 
 
-def before_step(run: Run, k: int, inject) -> None:
-    """Call ``inject()`` just before the algorithm's step ``k`` (0-based, as in metrics.jsonl)."""
-    step = run.algo.step
-
-    def step_with_fault(i: int) -> dict[str, float]:
-        if i == k:
-            inject()
-        return step(i)
-
-    run.algo.step = step_with_fault
-
-
 # -- a rollout engine killed with its generate call in flight ---------------------------------------
 @pytest.mark.timeout(900)  # the first test of the module also makes the uninterrupted run (and the SFT)
 def test_engine_killed_mid_generate_is_restarted_with_metrics_identical_to_an_uninterrupted_run(
         uninterrupted, ray_local, tmp_path):
     with Run("grpo", preset="smoke", overrides=SMOKE, out=tmp_path / "run") as run:
-        policy, engines = run.algo.policy, run.graph["rollout"]
-        rollout = policy.rollout
-
-        def rollout_then_kill(*a, **kw):
-            pending = rollout(*a, **kw)
-            policy.rollout = rollout  # once
-            ray_local.kill(engines[0], no_restart=False)  # dies with its generate call in flight
-            return pending
-
-        def arm() -> None:
-            policy.rollout = rollout_then_kill
-
-        before_step(run, 1, arm)
+        FAULTS.kill_engine_in_flight(run, 1)
         summary = run.run()
     assert summary["faults"] == 1
     assert [r.get("faults") for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r] == [
@@ -90,27 +72,13 @@ def test_engine_killed_mid_generate_is_restarted_with_metrics_identical_to_an_un
 
 
 # -- a rollout engine that stops answering ------------------------------------------------------------
-class Straggling:
-    """Mixed into the HF rollout engine: after `straggle`, the next generate hangs first, as a
-    stuck engine does. A restarted engine has its state reset, so it answers again."""
-
-    def straggle(self, seconds: float) -> None:
-        self._straggle_s = seconds
-
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        seconds, self._straggle_s = getattr(self, "_straggle_s", 0.0), 0.0
-        if seconds:
-            time.sleep(seconds)
-        return super().generate(*args, **kwargs)
-
-
 @pytest.mark.timeout(600)
 def test_hanging_engine_is_cut_off_by_run_call_timeout_s_and_restarted_with_identical_metrics(
         uninterrupted, monkeypatch, tmp_path):
     from troupe.actors.rollout_hf import HFRolloutEngine
     from troupe.algorithms import policy_graph
 
-    engine_cls = type("HFRolloutEngine", (Straggling, HFRolloutEngine), {})
+    engine_cls = type("HFRolloutEngine", (FAULTS.StragglingEngine, HFRolloutEngine), {})
     monkeypatch.setattr(policy_graph, "rollout_class", lambda backend: engine_cls)  # the graph is built with it
     with Run("grpo", preset="smoke", overrides=[*SMOKE, f"run.call_timeout_s={CALL_TIMEOUT_S}"],
              out=tmp_path / "run") as run:
@@ -156,13 +124,6 @@ def test_hanging_reward_stops_the_run_naming_the_call_and_resume_gives_identical
 
 
 # -- `troupe run` SIGKILLed inside a step, or while writing a checkpoint --------------------------------
-def _faults_benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location("faults_benchmark", ROOT / "benchmarks" / "faults.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _driver_env(ray_tmp: Path) -> dict[str, str]:
     # Its own local cluster, in a private temp dir (never found by another ray.init on the machine);
     # TROUPE_CACHE (the session's SFT cache) is inherited.
@@ -179,7 +140,7 @@ def test_driver_sigkilled_then_resumed_gives_metrics_identical_to_an_uninterrupt
     before the engines get the weights) or with the files of checkpoint 4 written but not moved
     into place, and is SIGKILLed there with every process it started; `troupe run --resume`
     then finishes the run from checkpoint 2."""
-    faults = _faults_benchmark()  # its --paused-troupe-run is `troupe run` with the pause added
+    faults = FAULTS  # its --paused-troupe-run is `troupe run` with the pause added
     run_dir, marker = tmp_path / "run", tmp_path / "paused"
     ray_tmp = Path(tempfile.mkdtemp(prefix="trp-", dir="/tmp"))  # short: Unix socket paths are limited
     env = _driver_env(ray_tmp)
