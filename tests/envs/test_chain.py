@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from troupe.envs.chain import ChainTask, answer_length, chain_exact, chain_steps, first_error, next_step, step_correct
+from troupe.envs.chain import (
+    ChainTask,
+    answer_length,
+    chain_exact,
+    chain_steps,
+    first_error,
+    next_step,
+    step_correct,
+)
 from troupe.envs.task import build_task
 from troupe.platform.errors import ConfigError
 from troupe.platform.registry import REWARDS, TASKS

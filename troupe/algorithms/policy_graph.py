@@ -302,6 +302,17 @@ class PolicyGraph:
         self.lookahead.fill()
         return pending
 
+    def start_ahead(self) -> None:
+        """For a step that updates its learners itself rather than through `update_and_sync`:
+        once the update is submitted, start the next steps' rollouts (``run.staleness > 0``)."""
+        if self.lookahead is not None:
+            self.lookahead.fill()
+
+    def confirm_ahead(self) -> dict[str, float]:
+        """Before that step's weight sync: wait for the rollouts `start_ahead` started; the
+        step's ``staleness`` ({} with ``run.staleness = 0``)."""
+        return {} if self.lookahead is None else self.lookahead.confirm()
+
     def sync_weights(self) -> dict[str, float]:
         """Publish from learner rank 0 and install on every engine; returns bytes and seconds."""
         return self.sync_end(self.sync_begin())

@@ -51,6 +51,10 @@ class Algorithm:
     needs_ray: ClassVar[bool] = True
     #: metrics the progress bar shows, when a step or evaluation logs them
     progress_metrics: ClassVar[tuple[str, ...]] = ()
+    #: True for an algorithm whose step takes its rollouts with `PolicyGraph.rollout_at` and
+    #: trains through `PolicyGraph.update_and_sync` (or starts and confirms the rollouts ahead
+    #: itself): only those accept ``run.staleness > 0``
+    generates_ahead: ClassVar[bool] = False
 
     def __init__(self, config: Any, ctx: RunContext) -> None:
         """Check the input and build what the step needs in the driver; nothing slow (that is

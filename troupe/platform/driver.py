@@ -44,6 +44,15 @@ def resolve_config(name: str, preset: str | None = None, overrides: list[str] | 
     return cfglib.resolve(cls.Config, cls.presets_dir(), preset, list(overrides))
 
 
+def check_staleness(name: str, cls: type[Algorithm], staleness: int) -> None:
+    """``run.staleness > 0`` only for an algorithm that generates ahead of its update: elsewhere
+    it would be silently ignored."""
+    if staleness > 0 and not cls.generates_ahead:
+        able = sorted(n for n in ALGORITHMS.names() if algorithm_class(n).generates_ahead)
+        raise ConfigError(f"run.staleness={staleness}: {name}'s step does not generate ahead of its update "
+                          f"(the algorithms that do: {', '.join(able)}); set run.staleness=0")
+
+
 class Run:
     """One run of one algorithm: config → run directory → actor graph → steps → report."""
 
@@ -85,6 +94,7 @@ class Run:
             # Unknown names (a loss, a task, a backend) fail here, before any actor starts.
             cfglib.check_registered(self.config)
         rc = self.config.run
+        check_staleness(algorithm, self.cls, rc.staleness)
         self.trackers = build_trackers(rc.trackers)  # a missing wandb or mlflow fails here too
         self.ctx = RunContext(run_dir=self.run_dir, seed=rc.seed, call_timeout_s=rc.call_timeout_s)
         self.step_index = 0

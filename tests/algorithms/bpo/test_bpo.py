@@ -36,6 +36,7 @@ def _algo(**bpo) -> BPO:
     algo.task = VideoQATask()
     algo.table = BehaviorTable()
     algo.pixels = False
+    algo.train_items = None
     return algo
 
 
@@ -76,6 +77,18 @@ def test_bpo_pack_structure_and_aug_grpo_labels():
                                                                  strict=True)}
     assert by_view[("temporal_order", "reverse")] == by_view[("action_direction", "reverse")] == "FLIP"
     assert {lab for (q, v), lab in by_view.items() if v == "reverse" and q not in TEMPORAL_QTYPES} <= {"SENS", "STAB"}
+
+
+def test_a_steps_pack_is_rebuilt_the_same_so_a_rollout_generated_ahead_resumes_exactly():
+    # run.staleness > 0: a pack built when its rollout started ahead (before a checkpoint) and
+    # the one built again by the resumed run must be the same rows, labels and groups.
+    algo, resumed = _algo(prompts_per_step=4), _algo(prompts_per_step=4)
+    a, again = algo.step_pack("bpo", 7), resumed.step_pack("bpo", 7)
+    assert a.prompts == again.prompts and a.rows == again.rows and a.labels == again.labels
+    assert a.group_ids.tolist() == again.group_ids.tolist() and a.letters == again.letters
+    assert algo.step_pack("bpo", 8).prompts != a.prompts  # and it does depend on the step
+    grpo = algo.step_pack("grpo", 7)  # every arm gets the same prompts' clips
+    assert {r["item_id"] for r in grpo.rows} == {r["item_id"] for r in a.rows}
 
 
 def test_call_advantage_passes_pack_fields_only_to_estimators_that_take_them():
@@ -244,14 +257,18 @@ def test_real_data_needs_the_pixel_rendering():
 
 @pytest.mark.timeout(900)
 def test_bpo_vision_smoke_end_to_end(tmp_path, ray_local, troupe_cache):
-    """The tiny VL model through the same graph: pixel frames in the rows, BPO and GRPO arms."""
+    """The tiny VL model through the same graph: pixel frames in the rows, BPO and GRPO arms,
+    each arm generating its next step's packs while it updates (``run.staleness=1``)."""
     d = tmp_path / "vl"
-    with Run("bpo", preset="vl-smoke", overrides=["run.progress=false"], out=d) as r:
+    with Run("bpo", preset="vl-smoke", overrides=["run.progress=false", "run.staleness=1"], out=d) as r:
         r.run()
     s = json.loads((d / "summary.json").read_text())
     assert set(s["arms"]) == {"grpo", "bpo"}
     rows = [r for r in _train_rows(d) if "reward/bpo" in r]
     assert len(rows) == 3 and all(math.isfinite(r["reward/bpo"]) for r in rows)
+    # Step 0 generates before any update; steps 1 and 2 were generated during the update before.
+    for arm in ("bpo", "grpo"):
+        assert [r[f"staleness/{arm}"] for r in rows] == [0.0, 1.0, 1.0]
 
 
 @pytest.mark.timeout(900)

@@ -146,6 +146,16 @@ def test_staleness_must_be_a_non_negative_integer(value):
     assert "integer" in str(e.value)
 
 
+@pytest.mark.parametrize("algorithm", ["bandit", "ivdesign", "icrm"])
+def test_an_algorithm_that_does_not_generate_ahead_refuses_staleness_before_it_starts(algorithm, tmp_path):
+    from troupe import Run
+
+    with pytest.raises(ConfigError, match=f"run.staleness=1: {algorithm}'s step") as e:
+        Run(algorithm, overrides=["run.staleness=1"], out=tmp_path / "run")
+    assert "bpo, grpo, opd" in str(e.value) and "set run.staleness=0" in str(e.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_async_mode_refuses_the_nccl_transport_naming_the_fix():
     gpu = ["rollout.backend=vllm", "rollout.num_gpus=1", "learner.num_gpus=1", "learner.recompute_old_logprobs=true"]
     with pytest.raises(ConfigError, match="rollout.weight_transport=object_store"):

@@ -118,6 +118,7 @@ def test_persona_prompts_rows_and_the_gold_reward():
     ({"train": {"lambdas": [1.0, 1.0]}}, "train.lambdas"),
     ({"rl": {"persona_a": [1, 0]}}, "rl.persona_a"),
     ({"backbone": {"max_tokens": 2}}, "backbone.max_tokens"),
+    ({"rl": {"policy": {"run": {"staleness": 1}}}}, "rl.policy.run.staleness"),
 ])
 def test_bad_config_is_refused_naming_the_key(data, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

@@ -69,9 +69,11 @@ def test_bad_input_is_refused_naming_the_key(override, match, troupe_cache, tmp_
 @pytest.mark.timeout(600)
 def test_an_embedded_lm_teacher_is_fitted_with_the_students_tokenizer_and_scored_through_the_graph(
         ray_local, troupe_cache, tmp_path):
+    """``teacher.path=tiny`` is SFT-fitted with the student's tokenizer and scores through the
+    graph; with ``run.staleness=1`` the DAgger arm rolls in its next chains while it updates."""
     over = [*FAST, "teacher.path=tiny", "teacher.model.sft.steps=30", "teacher.model.sft.batch_size=16",
             "teacher.model.tiny.hidden_size=32", "teacher.model.tiny.intermediate_size=64", "opd.methods=[bc,ne_opd_hard]",
-            "run.steps=2", "run.eval_every=2"]
+            "run.steps=2", "run.eval_every=2", "run.staleness=1"]
     out = tmp_path / "run"
     with Run("opd", preset="smoke", overrides=over, out=out) as r:
         r.run()
@@ -81,6 +83,9 @@ def test_an_embedded_lm_teacher_is_fitted_with_the_students_tokenizer_and_scored
     assert set(record["teacher_clean_greedy"]) == {"4"} and len(record["teacher_clean_greedy"]["4"]) == 8
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["ne_opd_hard_h4/teacher_tokens"] for row in rows if "ne_opd_hard_h4/teacher_tokens" in row][-1] > 0
+    # Step 0 rolls in before any update, step 1 during update 0; the offline arm rolls in nothing.
+    assert [row["ne_opd_hard_h4/staleness"] for row in rows if "ne_opd_hard_h4/staleness" in row] == [0.0, 1.0]
+    assert not any("bc_h4/staleness" in row for row in rows)
     assert "embedded LM SFT-fitted on clean chains" in (out / "report.md").read_text()
 
 

@@ -6,7 +6,8 @@ and K_v responses on each of m views chosen by question type; all of a step's pa
 generated in one batched call per arm. The shared reward actor scores each response for the
 behaviour its view demands (``bpo_behavior``), the advantage is anchor-relative (``adv_mode``),
 and the learner takes a PPO-clip step with Dr.GRPO aggregation. GRPO arms spend the same
-number of responses on the original view (budget matching).
+number of responses on the original view (budget matching). With ``run.staleness = k > 0``
+each arm generates its packs of the next steps while it updates (`PolicyGraph.rollout_at`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from troupe.algorithms.bpo.evaluation import (
     item_record,
     separated,
 )
+from troupe.algorithms.lookahead import RolloutRequest
 from troupe.algorithms.policy_graph import PolicyGraph, step_seed
 from troupe.algorithms.rollout import RolloutResult
 from troupe.algorithms.sft import prepare_policy
@@ -95,6 +97,7 @@ class BPO(Algorithm):
     Config = BPOConfig
     summary_line = "behavior pack optimization over counterfactual video views, against budget-matched GRPO"
     progress_metrics = ("reward/bpo", "reward/grpo", "eval/macro_acc/bpo")
+    generates_ahead = True  # run.staleness > 0: every arm's rollout_at and update_and_sync
 
     def __init__(self, config: BPOConfig, ctx: Any) -> None:
         super().__init__(config, ctx)
@@ -110,6 +113,7 @@ class BPO(Algorithm):
         self.eval_probes = self._build_probes(eval_items)
         self.emas = {name: TypeEMA(c.bpo.anchor_ema) for name in c.bpo.arms}
         self.arms: dict[str, PolicyGraph] = {}
+        self._packs: dict[tuple[str, int], Pack] = {}  # (arm, step) -> its pack, until the step trains on it
 
     def prepare(self) -> dict[str, Any]:
         """The shared SFT checkpoint every arm starts from; the real-data skips, for the report."""
@@ -218,16 +222,27 @@ class BPO(Algorithm):
         return Pack(prompts, rows, letters, torch.tensor(gids), torch.tensor(anchor), labels, skipped)
 
     # -- the step ---------------------------------------------------------------------------
+    def step_pack(self, name: str, step: int) -> Pack:
+        """Arm ``name``'s pack at ``step``: a function of (run seed, step, arm) alone, so a pack
+        built when its rollout started ahead (``run.staleness > 0``) and one built again after a
+        resume are the same."""
+        rng = np.random.default_rng(step_seed(self.config.run.seed, step, f"views/{name}"))
+        return self.build_pack(ARMS[name], self.sample_items(step), rng)
+
+    def rollout_request(self, name: str, step: int) -> RolloutRequest:
+        """What arm ``name`` generates at ``step``; its pack is kept for the step's advantages."""
+        pack = self._packs[name, step] = self.step_pack(name, step)
+        return RolloutRequest(pack.prompts, pack.rows, self.config.rollout.sampling,
+                              step_seed(self.config.run.seed, step, f"sample/{name}"), option_letters=pack.letters)
+
     def step(self, step: int) -> dict[str, float]:
-        c = self.config
-        items = self.sample_items(step)
         t0 = time.perf_counter()
-        packs = {name: self.build_pack(ARMS[name], items, np.random.default_rng(step_seed(c.run.seed, step, f"views/{name}")))
-                 for name in self.arms}
-        # Every arm's rollout in flight at once; each reward call waits for its arm's batches itself.
-        rollouts = {name: policy.rollout(packs[name].prompts, packs[name].rows, c.rollout.sampling,
-                                         step_seed(c.run.seed, step, f"sample/{name}"), option_letters=packs[name].letters)
+        # Every arm's rollout in flight at once (with run.staleness > 0, started while an
+        # earlier step updated); each reward call waits for its arm's batches itself.
+        rollouts = {name: policy.rollout_at(step, lambda s, n=name: self.rollout_request(n, s))
                     for name, policy in self.arms.items()}
+        # A rollout restored from a checkpoint left no pack here: build it again, the same.
+        packs = {name: self._packs.pop((name, step), None) or self.step_pack(name, step) for name in self.arms}
         results = {name: r.result() for name, r in rollouts.items()}
         t1 = time.perf_counter()
         metrics: dict[str, float] = {}

@@ -29,6 +29,7 @@ class GRPO(Algorithm):
     Config = GRPOConfig
     summary_line = "group-relative policy optimisation on a verifiable task (the LLM baseline)"
     progress_metrics = ("reward/mean", "eval/accuracy", "loss/policy")
+    generates_ahead = True  # run.staleness > 0: rollout_at and update_and_sync
 
     def __init__(self, config: GRPOConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)

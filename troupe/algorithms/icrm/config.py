@@ -240,6 +240,9 @@ class RLConfig:
             check(len(w) == len(ATTRIBUTES) and any(v != 0 for v in w), f"rl.{key}", w,
                   f"{len(ATTRIBUTES)} weights, not all zero, one per attribute {ATTRIBUTES}")
         check(self.eval_every >= 1, "rl.eval_every", self.eval_every, "an integer >= 1")
+        # Its GRPO step (grpo_step) takes each rollout when it runs: nothing generates ahead.
+        check(self.policy.run.staleness == 0, "rl.policy.run.staleness", self.policy.run.staleness,
+              "0 (ICRM-RL does not generate ahead of its update)")
 
 
 @dataclasses.dataclass

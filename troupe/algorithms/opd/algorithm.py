@@ -11,8 +11,11 @@ One step of each arm, by its method's data (`config.METHODS`):
 - ``dagger`` (NE-OPD): the student rolls in greedily, the teacher's targets at every visited
   position join the arm's aggregated data set, the learner fits draws from it.
 
-Then the learner's weights go to the arm's engine. Evaluation samples every arm's held-out
-chains greedily and at T=1 and checks them against the clean answer, step by step.
+Then the learner's weights go to the arm's engine. With ``run.staleness = k > 0`` an online
+or DAgger arm rolls in the chains of its next steps while it updates, on the weights that
+update starts from (at most k updates old; ``<arm>/staleness`` per step). Evaluation samples
+every arm's held-out chains greedily and at T=1 and checks them against the clean answer,
+step by step.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 from troupe.actors.distill_learner import DistillLearner
 from troupe.actors.sampling import SamplingConfig
+from troupe.algorithms.lookahead import RolloutRequest
 from troupe.algorithms.opd import analysis
 from troupe.algorithms.opd.buffer import DistillBuffer
 from troupe.algorithms.opd.config import METHODS, OPDConfig
@@ -48,6 +52,7 @@ SHARED = ("loss/distill", "entropy", "agree/teacher_mode")  # summed over learne
 class OPD(Algorithm):
     Config = OPDConfig
     summary_line = "distillation from a noisy teacher on chains of growing horizon: BC, OPD and NE-OPD"
+    generates_ahead = True  # run.staleness > 0: rollout_at, start_ahead and confirm_ahead
 
     def __init__(self, config: OPDConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)
@@ -76,6 +81,9 @@ class OPD(Algorithm):
             facts["teacher"] = teacher
         self.policies = {arm: PolicyGraph(c, facts["model_path"], prefix=f"{arm}_", shared_roles=False,
                                           learner_cls=DistillLearner) for arm, _, _ in self.arms}
+        for arm, _, h in self.arms:
+            if self.policies[arm].lookahead is not None:  # run.staleness > 0: roll in no further than the budget
+                self.policies[arm].lookahead.num_steps = min(c.run.steps, c.query_steps(h))
         vocab = self.check_teacher(facts["model_path"])
         self.m_votes = {h: self.votes(h, vocab) for h in c.opd.horizons}
         facts["votes"] = {str(h): m for h, m in self.m_votes.items()}
@@ -135,19 +143,26 @@ class OPD(Algorithm):
         return answer_length(self.config.task.kind, horizon) + 1
 
     # -- the loop ---------------------------------------------------------------------------
+    def rollin_request(self, arm: str, method: str, horizon: int, step: int) -> RolloutRequest:
+        """What an online arm rolls in at ``step``: its own prompts, at T=1 (sampled roll-in) or
+        at the roll-in temperature with ε-exploration; unscored (the teacher scores it)."""
+        c = self.config
+        rows = self.tasks[horizon].train_rows(c.opd.prompts_per_step,
+                                              np.random.default_rng(step_seed(c.run.seed, step, f"rows/{arm}")))
+        sampling = (self._sampling(1.0, horizon) if METHODS[method].roll == "sample"
+                    else self._sampling(c.opd.roll_temperature, horizon, c.opd.explore))
+        return RolloutRequest([r["prompt"] for r in rows], rows, sampling, step_seed(c.run.seed, step, f"roll/{arm}"),
+                              score=False)
+
     def step(self, step: int) -> dict[str, float]:
         c = self.config
         teacher, buffer = self.graph["teacher"][0], self.graph["buffer"][0]
         rollouts = {}
         for arm, method, h in self.arms:  # every arm's roll-in first: the engines work at once
-            m = METHODS[method]
-            if m.data != "offline" and step < c.query_steps(h):
-                rows = self.tasks[h].train_rows(c.opd.prompts_per_step,
-                                                np.random.default_rng(step_seed(c.run.seed, step, f"rows/{arm}")))
-                sampling = (self._sampling(1.0, h) if m.roll == "sample"
-                            else self._sampling(c.opd.roll_temperature, h, c.opd.explore))
-                rollouts[arm] = self.policies[arm].rollout([r["prompt"] for r in rows], rows, sampling,
-                                                           step_seed(c.run.seed, step, f"roll/{arm}"), score=False)
+            if METHODS[method].data != "offline" and step < c.query_steps(h):
+                # With run.staleness > 0 this roll-in was started while an earlier step updated.
+                rollouts[arm] = self.policies[arm].rollout_at(step, lambda s, a=arm, m=method, hh=h:
+                                                              self.rollin_request(a, m, hh, s))
         updates = {}
         for arm, method, h in self.arms:
             m = METHODS[method]
@@ -178,6 +193,8 @@ class OPD(Algorithm):
                     refs = [lr.distill.remote(data, m.loss, {"beta": beta} if m.loss == "jsd" else {})
                             for lr in learners]
             updates[arm] = refs  # the last update's metrics; the earlier ones are queued before it
+            if arm in rollouts:
+                self.policies[arm].start_ahead()  # the next roll-ins run beside this update
         metrics: dict[str, float] = {}
         for arm, method, _ in self.arms:
             if arm not in updates:
@@ -188,6 +205,8 @@ class OPD(Algorithm):
             for k in per_rank[0]:
                 values = [r[k] for r in per_rank]
                 metrics[f"{arm}/{k}"] = float(sum(values) if shares and k in SHARED else np.mean(values))
+            if arm in rollouts:
+                metrics.update({f"{arm}/{k}": v for k, v in policy.confirm_ahead().items()})
             policy.sync_weights()
         usage = self.graph["teacher"].wait([teacher.usage.remote()], "usage")[0]
         metrics.update({f"{arm}/teacher_tokens": float(usage.get(arm, 0)) for arm, _, _ in self.arms})
