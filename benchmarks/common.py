@@ -309,6 +309,8 @@ GOAL_FIGURES = {
     "troupe <= 1.1 x limit": "ratio_troupe_vs_limit",
     "troupe faster than trl": "ratio_troupe_vs_trl",
     "outside share < 0.1": "outside_share",
+    "async <= 0.75 x limit": "ratio_async_vs_limit",
+    "async <= 0.75 x trl": "ratio_async_vs_trl",
 }
 
 

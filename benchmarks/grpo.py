@@ -13,15 +13,32 @@ torch thread per process, no KL term. Arms, timed interleaved (one step of each 
   a trainer callback times each step, from its start (before generation) to its end (after
   the optimizer step), and runs the other two arms between TRL's steps.
 
+- ``troupe_async``: the same run with ``run.staleness=1``: step t's update overlaps the
+  generation of step t+1 (on the weights the update starts from), so a step costs about
+  max(update, generate) + sync instead of their sum. Nothing is in flight between two timed
+  steps (the weight sync waits for the generation started ahead), so the other arms of a round
+  run on an otherwise idle machine. The first step after warm-up already trains on a rollout
+  generated ahead.
+
 Goals: troupe ≤ 1.10 × limit, troupe faster than TRL, and under 10% of troupe's step outside
-generation, scoring and update (1 − (generate + reward + update) / step).
+generation, scoring and update (1 − (generate + reward + update) / step); the async step
+≤ 0.75 × the limit and ≤ 0.75 × TRL (on the whole machine at 4M).
 
 Two passes. "1 thread per process" is the overhead comparison: troupe gets one engine and one
 learner rank, each with one thread, and the in-process arms one thread. "Whole machine"
 (``--processes N``, default 2) gives every arm the same N cores in the way each can use them:
-troupe N engines and N DDP learner ranks of one thread each, the limit and TRL N torch threads. Then reward curves:
-GRPO on the SFT-trained default model (the task's own 8-token sampling), 3 seeds × 30 steps.
-Writes ``benchmarks/results/grpo.json`` and ``benchmarks/results/grpo_reward_curves.png``.
+troupe N engines and N DDP learner ranks of one thread each, the limit and TRL N torch threads.
+That pass times three async layouts: ``troupe_async`` (N engines and N ranks, like the sync
+arm), ``troupe_async_split`` (one engine and one rank of one thread each: generation on one
+core while the update runs on the other) and ``troupe_async_ranks`` (one engine beside N
+ranks); the async goals take the fastest. Each async figure comes with its bounds: max(generate,
+update) + reward + sync of the sync arm's own parts, and, on the whole machine, the one-thread
+work (generate + update) spread over N cores.
+
+Then reward curves: GRPO on the SFT-trained default model (the task's own 8-token sampling),
+3 seeds × 30 steps, sync and with ``run.staleness=1``: the async run's final reward should lie
+within the seeds' spread of the sync run's. Writes ``benchmarks/results/grpo.json`` and
+``benchmarks/results/grpo_reward_curves.png``.
 
     python benchmarks/grpo.py
     python benchmarks/grpo.py --sizes 150k --repeats 3 --curve-steps 10
@@ -42,17 +59,21 @@ import common
 REPEATS = {"150k": 40, "4M": 5}  # timed rounds per size: more where a round is short
 LIMIT_GOAL = 1.10
 OUTSIDE_GOAL = 0.10
+ASYNC_GOAL = 0.75  # the async step against the sequential limit and against TRL's step
+RAY_CPUS = 12  # logical: the three runs of the whole-machine pass hold 7.8 CPUs of bundles
 LR = 5e-4  # troupe's learner default, used by every arm
 
 
 def troupe_overrides(model_path: str | None, out: str, seed: int = 0, steps: int = 10_000,
-                     processes: int = 1) -> list[str]:
+                     processes: int = 1, staleness: int = 0, ranks: int | None = None) -> list[str]:
     """A GRPO run of 8 prompts × 8 on ``model_path`` (None: the default SFT model and sampling),
-    with ``processes`` rollout engines and learner ranks of one thread each."""
-    o = [f"run.out={out}", f"run.seed={seed}", f"run.steps={steps}", "run.eval_every=0", "run.checkpoint_every=0",
+    with ``processes`` rollout engines and ``ranks`` (default: as many) learner ranks of one
+    thread each, generating ``staleness`` steps ahead of the update."""
+    o = [f"run.out={out}", f"run.seed={seed}", f"run.steps={steps}", f"run.staleness={staleness}",
+         "run.eval_every=0", "run.checkpoint_every=0",
          "run.progress=false", f"grpo.prompts_per_step={common.PROMPTS_PER_STEP}",
          f"grpo.group_size={common.GROUP_SIZE}", f"learner.lr={LR}",
-         f"rollout.num_engines={processes}", f"learner.num_ranks={processes}"]
+         f"rollout.num_engines={processes}", f"learner.num_ranks={ranks or processes}"]
     if model_path is not None:
         o += [f"model.path={model_path}", "model.sft.steps=0", f"rollout.sampling.max_new_tokens={common.NEW_TOKENS}",
               "rollout.sampling.temperature=1.0"]
@@ -150,112 +171,190 @@ def step_timer(between: Any) -> Any:
     return StepTimer()
 
 
-def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, processes: int = 1) -> dict[str, Any]:
-    """The three arms on one model size. ``processes`` > 1 is the whole-machine comparison:
-    troupe spreads the step over that many engines and learner ranks (one thread each), and the
-    limit and TRL run with that many torch threads."""
+def troupe_layouts(processes: int) -> dict[str, tuple[int, int, int]]:
+    """The troupe arms of a pass: name → (engines, learner ranks, staleness)."""
+    layouts = {"troupe": (processes, processes, 0), "troupe_async": (processes, processes, 1)}
+    if processes > 1:
+        layouts["troupe_async_split"] = (1, 1, 1)  # one core generates while the other updates
+        layouts["troupe_async_ranks"] = (1, processes, 1)  # one engine beside every learner rank
+    return layouts
+
+
+def async_figures(s: dict[str, dict], parts: dict[str, dict], async_arms: list[str], processes: int,
+                  one_thread_work_s: float | None) -> dict[str, Any]:
+    """The faster async arm's ratios, the goals on them, and the bounds overlap can reach."""
+    best = min(async_arms, key=lambda a: s[a]["median"])
+    med = {k: v["median"] for k, v in parts.items()}
+    overlap_bound = max(med["generate_s"], med["update_s"]) + med["reward_s"] + med["sync_s"]
+    out: dict[str, Any] = {
+        "async_arm": best,
+        "ratio_async_vs_limit": common.ratio(s[best], s["limit"]),
+        "ratio_async_vs_trl": common.ratio(s[best], s["trl"]),
+        "ratio_async_vs_sync": common.ratio(s[best], s["troupe"]),
+        # The sync arm's own parts, overlapped perfectly (on this pass's threads).
+        "overlap_bound_s": overlap_bound,
+        "overlap_bound_vs_limit": overlap_bound / s["limit"]["median"],
+    }
+    if one_thread_work_s is not None and processes > 1:
+        # No layout on N cores beats the one-thread CPU work spread evenly over them.
+        out["work_bound_s"] = one_thread_work_s / processes
+        out["work_bound_vs_limit"] = out["work_bound_s"] / s["limit"]["median"]
+        out["work_bound_vs_trl"] = out["work_bound_s"] / s["trl"]["median"]
+    return out
+
+
+def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, processes: int = 1,
+               one_thread_work_s: float | None = None) -> dict[str, Any]:
+    """The arms on one model size. ``processes`` > 1 is the whole-machine comparison: troupe
+    spreads the step over that many engines and learner ranks (one thread each), and the limit
+    and TRL run with that many torch threads. ``one_thread_work_s``: generate + update of the
+    limit at one thread, for the whole-machine work bound."""
+    import contextlib
+
     import torch
 
     from troupe.platform.driver import Run  # what `troupe.Run` resolves to
 
     threads = common.set_threads(processes)
     limit = InProcessGRPO(model.path)
-    troupe_wall: list[float] = []
-    troupe_metrics: list[dict[str, Any]] = []
+    layouts = troupe_layouts(processes)
+    wall: dict[str, list[float]] = {name: [] for name in layouts}
+    metrics: dict[str, list[dict[str, Any]]] = {name: [] for name in layouts}
     limit_s: list[float] = []
-    with Run("grpo", overrides=troupe_overrides(model.path, f"{tmp}/runs-{processes}", processes=processes)) as run:
+    with contextlib.ExitStack() as stack:
+        runs = {name: stack.enter_context(Run("grpo", overrides=troupe_overrides(
+                    model.path, f"{tmp}/runs-{processes}-{name}", processes=e, ranks=n, staleness=k)))
+                for name, (e, n, k) in layouts.items()}
         rounds = iter(range(10**6))
 
-        def troupe_step() -> None:
-            t = time.perf_counter()
-            m = run.step()
-            troupe_wall.append(time.perf_counter() - t)
-            troupe_metrics.append(m)
+        def troupe_arm(name: str) -> Any:
+            def arm() -> None:
+                t = time.perf_counter()
+                m = runs[name].step()
+                wall[name].append(time.perf_counter() - t)
+                metrics[name].append(m)
+            return arm
 
         def limit_step() -> None:
             limit_s.append(limit.step(len(limit_s)))
 
+        arms = [troupe_arm(name) for name in layouts] + [limit_step]
+
         def between() -> None:
-            # The other two arms, in an order that alternates from one round to the next.
+            # The other arms, in an order that rotates from one round to the next.
             r = next(rounds)
-            for arm in (troupe_step, limit_step) if r % 2 == 0 else (limit_step, troupe_step):
+            for arm in arms[r % len(arms):] + arms[:r % len(arms)]:
                 arm()
             label = "warmup" if r < warmup else f"round {r + 1 - warmup}/{repeats}"
-            print(f"  {label}: trl {timer.seconds[-1]:.3f}s, troupe {troupe_wall[-1]:.3f}s, "
-                  f"limit {limit_s[-1]:.3f}s", flush=True)
+            print(f"  {label}: trl {timer.seconds[-1]:.3f}s, "
+                  + ", ".join(f"{name} {wall[name][-1]:.3f}s" for name in layouts)
+                  + f", limit {limit_s[-1]:.3f}s", flush=True)
 
         timer = step_timer(between)
         trainer = trl_trainer(model.path, f"{tmp}/trl-{processes}", warmup + repeats, timer)
         trainer.train()
         if torch.get_num_threads() != threads:
             raise RuntimeError(f"torch threads changed from {threads} to {torch.get_num_threads()} during the run")
-        engine_threads = [i["threads"] for i in run.graph["rollout"].call("info")]
+        engine_threads = [i["threads"] for i in runs["troupe"].graph["rollout"].call("info")]
     keep = slice(warmup, None)
-    m = troupe_metrics[keep]
+    m = metrics["troupe"][keep]
     parts = {k: common.stats([x[f"time/{k}"] for x in m]) for k in ("generate_s", "reward_s", "update_s", "sync_s",
                                                                       "step_s")}
     outside = [1 - (x["time/generate_s"] + x["time/reward_s"] + x["time/update_s"]) / x["time/step_s"] for x in m]
     outside_wall = [1 - (x["time/generate_s"] + x["time/reward_s"] + x["time/update_s"]) / w
-                    for x, w in zip(m, troupe_wall[keep], strict=True)]
-    s = {"troupe": common.stats(troupe_wall[keep]), "limit": common.stats(limit_s[keep]),
-         "trl": common.stats(timer.seconds[keep])}
+                    for x, w in zip(m, wall["troupe"][keep], strict=True)]
+    s = {name: common.stats(w[keep]) for name, w in wall.items()}
+    s["limit"], s["trl"] = common.stats(limit_s[keep]), common.stats(timer.seconds[keep])
+    async_arms = [name for name, (_, _, k) in layouts.items() if k > 0]
+    asy = async_figures(s, parts, async_arms, processes, one_thread_work_s)
     vs_limit = common.ratio(s["troupe"], s["limit"])
     vs_trl = common.ratio(s["troupe"], s["trl"])
     out_share = statistics.median(outside)
     return {
         "parameters": model.parameters,
         "threads": {"driver_limit_trl": threads, "rollout_engines": engine_threads, "learner_ranks": processes},
+        "layouts": {name: {"engines": e, "learner_ranks": n, "staleness": k} for name, (e, n, k) in layouts.items()},
         "seconds_per_step": s,
         "troupe_step_parts": parts,
+        "async_step_parts": {name: {k: common.stats([x[f"time/{k}"] for x in metrics[name][keep]])
+                                    for k in ("update_s", "sync_s", "ahead_wait_s", "step_s")}
+                             for name in async_arms},
+        "async_staleness": {name: common.stats([x["staleness"] for x in metrics[name][keep]]) for name in async_arms},
         "limit_step_parts": {k: common.stats([x[k] for x in limit.parts[keep]]) for k in limit.parts[0]},
         "outside_share": common.stats(outside),
         "outside_share_of_wall": common.stats(outside_wall),
         "ratio_troupe_vs_limit": vs_limit,
         "ratio_troupe_vs_trl": vs_trl,
-        "paired_ratio_troupe_vs_limit": common.paired_ratio(troupe_wall[keep], limit_s[keep]),
-        "paired_ratio_troupe_vs_trl": common.paired_ratio(troupe_wall[keep], timer.seconds[keep]),
+        "paired_ratio_troupe_vs_limit": common.paired_ratio(wall["troupe"][keep], limit_s[keep]),
+        "paired_ratio_troupe_vs_trl": common.paired_ratio(wall["troupe"][keep], timer.seconds[keep]),
+        "paired_ratio_async_vs_limit": common.paired_ratio(wall[asy["async_arm"]][keep], limit_s[keep]),
+        "paired_ratio_async_vs_trl": common.paired_ratio(wall[asy["async_arm"]][keep], timer.seconds[keep]),
+        **asy,
         "goals": {f"troupe <= {LIMIT_GOAL} x limit": vs_limit <= LIMIT_GOAL, "troupe faster than trl": vs_trl < 1,
-                  f"outside share < {OUTSIDE_GOAL}": out_share < OUTSIDE_GOAL},
+                  f"outside share < {OUTSIDE_GOAL}": out_share < OUTSIDE_GOAL,
+                  f"async <= {ASYNC_GOAL} x limit": asy["ratio_async_vs_limit"] <= ASYNC_GOAL,
+                  f"async <= {ASYNC_GOAL} x trl": asy["ratio_async_vs_trl"] <= ASYNC_GOAL},
     }
 
 
-def reward_curves(seeds: list[int], steps: int, tmp: str) -> dict[str, Any]:
+def reward_curves(seeds: list[int], steps: int, tmp: str, staleness: int = 0) -> dict[str, Any]:
     """reward/mean per step of short GRPO runs (default SFT model and sampling), one per seed."""
     from troupe.platform.driver import Run  # what `troupe.Run` resolves to
 
     curves = {}
     for seed in seeds:
         t = time.perf_counter()
-        with Run("grpo", overrides=troupe_overrides(None, f"{tmp}/curves", seed=seed, steps=steps)) as run:
+        with Run("grpo", overrides=troupe_overrides(None, f"{tmp}/curves-{staleness}", seed=seed, steps=steps,
+                                                    staleness=staleness)) as run:
             curve = [float(run.step()["reward/mean"]) for _ in range(steps)]
         curves[str(seed)] = curve
-        print(f"  seed {seed}: reward {curve[0]:.3f} → {curve[-1]:.3f} ({time.perf_counter() - t:.0f}s)", flush=True)
+        print(f"  staleness {staleness}, seed {seed}: reward {curve[0]:.3f} → {curve[-1]:.3f} "
+              f"({time.perf_counter() - t:.0f}s)", flush=True)
     k = max(1, steps // 10)
-    return {"steps": steps, "reward_mean_per_step": curves,
+    return {"steps": steps, "staleness": staleness, "reward_mean_per_step": curves,
             "first_10pct": {s: statistics.mean(c[:k]) for s, c in curves.items()},
             "last_10pct": {s: statistics.mean(c[-k:]) for s, c in curves.items()}}
 
 
-def plot_curves(curves: dict[str, list[float]], path: Path) -> None:
-    """One line per seed and their mean."""
+def final_reward(curves: dict[str, Any], last: float = 1 / 3) -> dict[str, float]:
+    """Per seed, the mean reward of the last third of the steps (a tenth is 3 noisy steps here)."""
+    k = max(1, round(len(next(iter(curves["reward_mean_per_step"].values()))) * last))
+    return {s: statistics.mean(c[-k:]) for s, c in curves["reward_mean_per_step"].items()}
+
+
+def curves_claim(sync: dict[str, Any], asy: dict[str, Any]) -> dict[str, Any]:
+    """Async's final reward (mean over seeds) within the seeds' spread of sync's: the gap of the
+    means is at most the larger range (max − min over seeds) of the two."""
+    fs, fa = final_reward(sync), final_reward(asy)
+    gap = statistics.mean(fa.values()) - statistics.mean(fs.values())
+    spread = max(max(fs.values()) - min(fs.values()), max(fa.values()) - min(fa.values()))
+    return {"claim": f"async (staleness 1) final reward within the seeds' spread of sync, {len(fs)} seeds",
+            "measured": f"last-third reward, sync {statistics.mean(fs.values()):.3f} "
+                        f"[{min(fs.values()):.3f}–{max(fs.values()):.3f}], async {statistics.mean(fa.values()):.3f} "
+                        f"[{min(fa.values()):.3f}–{max(fa.values()):.3f}]; gap {gap:+.3f}, spread {spread:.3f}",
+            "holds": abs(gap) <= spread}
+
+
+def plot_curves(curves: dict[str, dict[str, list[float]]], path: Path) -> None:
+    """Per mode (sync, async), one faint line per seed and their mean."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for seed, c in curves.items():
-        ax.plot(range(len(c)), c, alpha=0.6, label=f"seed {seed}")
-    mean = [statistics.mean(v) for v in zip(*curves.values(), strict=True)]
-    ax.plot(range(len(mean)), mean, color="black", linewidth=2, label="mean")
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for (mode, per_seed), colour in zip(curves.items(), ("tab:blue", "tab:orange"), strict=False):
+        for c in per_seed.values():
+            ax.plot(range(len(c)), c, color=colour, alpha=0.25, linewidth=1)
+        mean = [statistics.mean(v) for v in zip(*per_seed.values(), strict=True)]
+        ax.plot(range(len(mean)), mean, color=colour, linewidth=2, label=f"{mode}, mean of {len(per_seed)} seeds")
     ax.set_xlabel("GRPO step")
     ax.set_ylabel("reward/mean")
-    ax.set_title("troupe GRPO, SFT-trained 150k model, 8 prompts × 8")
-    ax.legend()
+    ax.set_title("troupe GRPO, SFT-trained 150k model, 8 prompts × 8 (faint: seeds)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    common.init_ray()
+    common.init_ray(RAY_CPUS)
     results: dict[str, Any] = {}
     machine: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="troupe-bench-") as tmp:
@@ -281,15 +380,19 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.sizes:
                 print(f"grpo, {name}, whole machine: troupe {args.processes} engines + {args.processes} learner "
                       f"ranks, limit and TRL {args.processes} threads", flush=True)
+                lp = results[name]["limit_step_parts"]
                 machine[name] = bench_size(models[name], common.repeats_for(name, args.repeats, REPEATS),
-                                           args.warmup, tmp, processes=args.processes)
+                                           args.warmup, tmp, processes=args.processes,
+                                           one_thread_work_s=lp["generate_s"]["median"] + lp["update_s"]["median"])
         common.set_threads(1)  # the reward curves: one thread per process again
-        curves = None
+        curves = curves_async = None
         if args.curve_steps:
-            print(f"reward curves, seeds {args.seeds}", flush=True)
+            print(f"reward curves, seeds {args.seeds}, sync and staleness 1", flush=True)
             curves = reward_curves(args.seeds, args.curve_steps, tmp)
+            curves_async = reward_curves(args.seeds, args.curve_steps, tmp, staleness=1)
     if curves:
-        plot_curves(curves["reward_mean_per_step"], common.RESULTS / "grpo_reward_curves.png")
+        plot_curves({"sync": curves["reward_mean_per_step"], "async (staleness 1)": curves_async["reward_mean_per_step"]},
+                    common.RESULTS / "grpo_reward_curves.png")
     for title, res in (("1 thread per process", results),
                        (f"whole machine ({args.processes} engines + ranks; {args.processes} threads)", machine)):
         if not res:
@@ -298,19 +401,26 @@ def main(argv: list[str] | None = None) -> int:
         for name, r in res.items():
             s, g = r["seconds_per_step"], r["goals"]
             rows.append([name, f"{r['parameters']:,}", s["troupe"]["n"], common.fmt_stats(s["troupe"]),
-                         common.fmt_stats(s["limit"]), common.fmt_stats(s["trl"]), f"{r['ratio_troupe_vs_limit']:.3f}",
-                         f"{r['ratio_troupe_vs_trl']:.3f}", f"{r['outside_share']['median']:.1%}",
-                         "/".join("yes" if v else "no" for v in g.values())])
+                         common.fmt_stats(s[r["async_arm"]]), common.fmt_stats(s["limit"]), common.fmt_stats(s["trl"]),
+                         f"{r['ratio_troupe_vs_limit']:.3f}", f"{r['ratio_troupe_vs_trl']:.3f}",
+                         f"{r['ratio_async_vs_limit']:.3f}", f"{r['ratio_async_vs_trl']:.3f}",
+                         f"{r['outside_share']['median']:.1%}", "/".join("yes" if v else "no" for v in g.values())])
         common.print_table(
             f"GRPO seconds per step, median [min–max] over n rounds; {common.PROMPTS_PER_STEP}×{common.GROUP_SIZE} "
             f"rows, {common.NEW_TOKENS} tokens, {title}",
-            ["size", "params", "n", "troupe", "limit", "TRL", "troupe/limit", "troupe/TRL", "outside",
-             f"goals ≤{LIMIT_GOAL}/<TRL/<{OUTSIDE_GOAL:.0%}"], rows)
+            ["size", "params", "n", "troupe", "async", "limit", "TRL", "troupe/limit", "troupe/TRL", "async/limit",
+             "async/TRL", "outside", f"goals ≤{LIMIT_GOAL}/<TRL/<{OUTSIDE_GOAL:.0%}/async ≤{ASYNC_GOAL}×2"], rows)
+    payload = {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1), "sizes": results,
+               "whole_machine": machine, "reward_curves": curves, "reward_curves_async": curves_async}
+    claims = common.runtime_claims(payload)
     if curves:
-        print("reward curves (first → last 10% of steps):",
-              {s: f"{curves['first_10pct'][s]:.3f} → {curves['last_10pct'][s]:.3f}" for s in curves["first_10pct"]})
-    common.write_result(args.result_name or "grpo", {"config": vars(args), "wall_s": round(time.perf_counter() - t0, 1),
-                                 "sizes": results, "whole_machine": machine, "reward_curves": curves})
+        claims.append(curves_claim(curves, curves_async))
+        print("reward curves (first → last 10% of steps), sync:",
+              {s: f"{curves['first_10pct'][s]:.3f} → {curves['last_10pct'][s]:.3f}" for s in curves["first_10pct"]},
+              "async:", {s: f"{curves_async['first_10pct'][s]:.3f} → {curves_async['last_10pct'][s]:.3f}"
+                         for s in curves_async["first_10pct"]})
+        print(claims[-1]["measured"])
+    common.write_result(args.result_name or "grpo", {**payload, "claims": claims})
     return 0
 
 
