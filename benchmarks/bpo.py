@@ -18,6 +18,11 @@ policy that sees a clip only through five features, trained by REINFORCE with th
 rewards and advantage estimators, 5 seeds, every arm; then the mask label of items without
 X, the batch-size sweep of §A.5 (2, 4, 8 prompts) and the cue-strength sweep. About ten
 minutes in all.
+Part "small" asks §A.2's reason for the anchor-relative advantage, stability at small packs,
+on the linear policy: AR-cf (BPO's default) against AR-literal and mixed-mean at batches of 2,
+4 and 8 prompts, clips of 6 and 12 frames and temporal shares of 0.3 and 0.7, 8 seeds each,
+counting the seeds that end at the shortcut (temporal-hard accuracy below 0.25: the cue answers
+every hard item wrong, and the SFT start is at 0.00). About 25 minutes.
 Results go to benchmarks/results/bpo.json (parts not run keep their saved figures); every
 figure is as measured.
 
@@ -25,6 +30,7 @@ figure is as measured.
     python benchmarks/bpo.py --seeds 1 --sweep-seeds 1 --steps 100   # a quick look
     python benchmarks/bpo.py --parts noise --set eval.num_prompts=600  # more temporal-hard items
     python benchmarks/bpo.py --parts linear        # §A.5's softmax-linear benchmark only
+    python benchmarks/bpo.py --parts small         # small packs: which advantage collapses
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent
 ARMS_MAIN = ["grpo", "grpo_2x", "aug_grpo", "bpo", "bpo_random", "bpo_ar_literal", "bpo_mixed_mean",
              "bpo_mixed_meanstd"]
@@ -48,6 +56,13 @@ NOISE_ARMS = ["grpo", "bpo", "bpo_flip"]  # bpo_flip: reversed order/direction c
 LINEAR_ARMS = ["grpo", "grpo_2x", "aug_grpo", "bpo", "bpo_ar_literal", "bpo_mixed_mean", "bpo_mixed_meanstd"]
 LINEAR_BATCHES = [2, 4, 8]
 LINEAR_SEEDS = 5
+# Small packs (§A.2's stability reason): AR-cf (bpo's default) against the other two modes.
+SMALL_ARMS = ["bpo", "bpo_ar_literal", "bpo_mixed_mean"]
+SMALL_BATCHES = [2, 4, 8]
+SMALL_FRAMES = [6, 12]  # clip lengths beside the default 8 of the batch sweep
+SMALL_MIXES = [0.3, 0.7]  # shares of temporal items
+SMALL_SEEDS = 8
+COLLAPSE = 0.25  # temporal-hard accuracy below this: at the shortcut (the cue gets 0 on hard items)
 # §A.5's expected figures [REF], for the side-by-side table.
 LINEAR_EXPECTED = {"sft": {"macro_acc": 0.50}, "grpo": {"macro_acc": 0.67, "temporal_hard_acc": 0.00, "abstain_f1": 0.00},
                    "bpo": {"macro_acc": 0.73, "temporal_hard_acc": 0.40, "abstain_f1": 0.93}}
@@ -154,7 +169,7 @@ def claims(result: dict[str, Any]) -> list[dict[str, Any]]:
         n = sum(bool(v[k]) for k in ("temporal_hard_separated", "abstain_f1_separated", "macro_not_lower"))
         out.append({"claim": f"{name}: BPO beats budget-matched GRPO (all three of the above)",
                     "measured": f"{n} of 3 hold", "holds": bool(v["claim_holds"])})
-    return out
+    return out + small_claims(result.get("small_packs") or {})
 
 
 def linear_part(n_boot: int, save_partial: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -198,6 +213,60 @@ def linear_part(n_boot: int, save_partial: Callable[[dict[str, Any]], None]) -> 
     return part
 
 
+def small_packs_part(save_partial: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Per cell (batch, clip length, temporal share) and arm: each seed's temporal-hard accuracy
+    and how many seeds end at the shortcut (``collapsed``); the SFT start's beside them."""
+    from troupe.algorithms.bpo import linear
+    from troupe.algorithms.bpo.evaluation import behaviour_metrics
+
+    part: dict[str, Any] = {"arms": SMALL_ARMS, "seeds": SMALL_SEEDS, "collapse_below": COLLAPSE, "cells": {}}
+    t = time.perf_counter()
+    for bs in SMALL_BATCHES:
+        for frames in SMALL_FRAMES:
+            for mix in SMALL_MIXES:
+                cfg = linear.LinearConfig(batch_prompts=bs, num_frames=frames, temporal_share=mix)
+                out = linear.run(SMALL_ARMS, range(SMALL_SEEDS), cfg)
+                cell: dict[str, Any] = {"batch_prompts": bs, "num_frames": frames, "temporal_share": mix}
+                for arm in ["sft", *SMALL_ARMS]:
+                    per_seed = [behaviour_metrics(r) for r in out["records"][arm]]
+                    hard = [m["temporal_hard_acc"] for m in per_seed]
+                    cell[arm] = {"temporal_hard_acc": hard, "collapsed": sum(h < COLLAPSE for h in hard),
+                                 "macro_acc": [m["macro_acc"] for m in per_seed]}
+                key = f"batch{bs}-frames{frames}-temporal{mix}"
+                part["cells"][key] = cell
+                print(f"small packs, {key}: collapsed seeds of {SMALL_SEEDS}: "
+                      + ", ".join(f"{arm} {cell[arm]['collapsed']}" for arm in SMALL_ARMS)
+                      + f" (sft {cell['sft']['collapsed']}); median temporal-hard "
+                      + ", ".join(f"{arm} {float(np.median(cell[arm]['temporal_hard_acc'])):.2f}"
+                                  for arm in SMALL_ARMS), flush=True)
+                save_partial(part)
+    part["collapsed_total"] = {arm: sum(c[arm]["collapsed"] for c in part["cells"].values()) for arm in SMALL_ARMS}
+    part["collapsed_by_batch"] = {str(bs): {arm: sum(c[arm]["collapsed"] for c in part["cells"].values()
+                                                     if c["batch_prompts"] == bs) for arm in SMALL_ARMS}
+                                  for bs in SMALL_BATCHES}
+    part["wall_s"] = time.perf_counter() - t
+    return part
+
+
+def small_claims(part: dict[str, Any]) -> list[dict[str, Any]]:
+    """§A.2: AR-cf is the most stable at small packs (no more seeds end at the shortcut than
+    under either other mode), over every cell and at each batch size."""
+    if "collapsed_total" not in part:
+        return []
+    n = len(part["cells"]) * part["seeds"]
+    out = []
+    for label, counts, runs in [("all cells", part["collapsed_total"], n),
+                                *[(f"batch {bs}", c, n // len(part["collapsed_by_batch"]))
+                                  for bs, c in part["collapsed_by_batch"].items()]]:
+        others = min(counts["bpo_ar_literal"], counts["bpo_mixed_mean"])
+        out.append({"claim": f"small packs, linear policy, {label}: no more seeds end at the shortcut under AR-cf "
+                             "than under AR-literal or mixed-mean",
+                    "measured": f"seeds at the shortcut of {runs}: AR-cf {counts['bpo']}, "
+                                f"AR-literal {counts['bpo_ar_literal']}, mixed-mean {counts['bpo_mixed_mean']}",
+                    "holds": counts["bpo"] <= others})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
@@ -237,6 +306,15 @@ def main() -> None:
             save()
 
         keep_linear(linear_part(args.bootstrap, keep_linear))
+
+    if "small" in parts:
+        def keep_small(part: dict[str, Any]) -> None:
+            result["small_packs"] = part
+            save()
+
+        keep_small(small_packs_part(keep_small))
+        for c in small_claims(result["small_packs"]):
+            print(f"  {c['claim']}: {c['measured']} ({'holds' if c['holds'] else 'does not hold'})")
 
     main_runs: list[dict] = []
     if "main" in parts:
