@@ -77,14 +77,16 @@ class PolicyGraph:
 
     def __init__(self, cfg: Any, model_path: str, reward_kwargs: dict[str, Any] | None = None, prefix: str = "",
                  shared_roles: bool = True, reward_role: str = "reward", checker_role: str = "checker",
-                 learner_cls: type = Learner) -> None:
+                 learner_cls: type = Learner, num_steps: int | None = None) -> None:
         """``prefix`` names this policy's learner and rollout roles, so several policies (the arms
         of a comparison) live in one graph; they share one reward and one reference role, which
         only the policy built with ``shared_roles=True`` declares. ``reward_role`` names the role
         that scores this policy's rollouts and ``checker_role`` the one `evaluate` scores with, when
         arms are trained against different rewards and evaluated by one gold reward.
         ``learner_cls`` is the learner's actor class: `Learner` or a subclass with more calls
-        (a distillation learner's)."""
+        (a distillation learner's). ``num_steps`` bounds generation ahead (``run.staleness``): no
+        rollout is started for a step at or past it (default ``run.steps``; lower for an arm whose
+        budget ends before the run does)."""
         self.cfg = cfg
         self.prefix = prefix
         self.shared_roles = shared_roles
@@ -99,7 +101,8 @@ class PolicyGraph:
         self._transport: Transport | None = None  # how weights reach the engines: see `transport`
         # run.staleness > 0: the rollouts started ahead of their steps (None: each step after the update before it).
         staleness = cfg.run.staleness
-        self.lookahead = Lookahead(staleness, cfg.run.steps, lambda r: self.rollout(**vars(r))) if staleness else None
+        last = cfg.run.steps if num_steps is None else min(cfg.run.steps, num_steps)
+        self.lookahead = Lookahead(staleness, last, lambda r: self.rollout(**vars(r))) if staleness else None
 
     def role(self, name: str) -> Any:
         """This policy's actor group for ``name`` (learner, rollout, reward or reference)."""

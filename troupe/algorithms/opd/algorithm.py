@@ -79,11 +79,10 @@ class OPD(Algorithm):
             prepare_policy(model, mixture, mixture.cache_key(), teacher)
             self.teacher_path = teacher["model_path"]
             facts["teacher"] = teacher
+        # run.staleness > 0: an arm rolls in no further ahead than its teacher budget lasts.
         self.policies = {arm: PolicyGraph(c, facts["model_path"], prefix=f"{arm}_", shared_roles=False,
-                                          learner_cls=DistillLearner) for arm, _, _ in self.arms}
-        for arm, _, h in self.arms:
-            if self.policies[arm].lookahead is not None:  # run.staleness > 0: roll in no further than the budget
-                self.policies[arm].lookahead.num_steps = min(c.run.steps, c.query_steps(h))
+                                          learner_cls=DistillLearner, num_steps=c.query_steps(h))
+                         for arm, _, h in self.arms}
         vocab = self.check_teacher(facts["model_path"])
         self.m_votes = {h: self.votes(h, vocab) for h in c.opd.horizons}
         facts["votes"] = {str(h): m for h, m in self.m_votes.items()}
