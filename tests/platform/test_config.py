@@ -83,3 +83,18 @@ class WithOwnDefaults:
 def test_partial_section_keeps_the_parents_own_defaults():
     cfg = resolve(WithOwnDefaults, None, None, ["inner.flag=true"])
     assert (cfg.inner.lr, cfg.inner.name, cfg.inner.flag) == (0.5, "own", True)
+
+
+def test_a_selected_section_renamed_inside_a_parents_default_keeps_none_of_its_default_keys():
+    from troupe.algorithms.grpo.config import GRPOConfig
+    from troupe.envs.persona_prompts import PersonaPromptsTask
+
+    @dataclasses.dataclass
+    class Parent:
+        policy: GRPOConfig = dataclasses.field(default_factory=lambda: GRPOConfig(task=PersonaPromptsTask.Config()))
+
+    renamed = resolve(Parent, None, None, ["policy.task.name=arithmetic", "policy.task.digits=3"])
+    assert renamed.policy.task.name == "arithmetic" and renamed.policy.task.digits == 3
+    assert from_dict(Parent, to_dict(renamed)) == renamed  # a run's config.yaml reads back
+    kept = resolve(Parent, None, None, ["policy.task.demos=3"])  # the same name: the default's other keys stay
+    assert kept.policy.task.name == "persona_prompts" and kept.policy.task.demos == 3

@@ -194,7 +194,8 @@ def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
             tp, v = _selected_section(f, v, prefix + k)
         elif isinstance(v, dict) and dataclasses.is_dataclass(tp) and f.default_factory is not dataclasses.MISSING:
             # A partial section overrides the parent's own default for it, not the section class's.
-            v = merge(to_dict(f.default_factory()), v)
+            default = f.default_factory()
+            v = merge(_without_renamed(default, to_dict(default), v), v)
         kwargs[k] = _coerce(v, tp, prefix + k)
     try:
         return cls(**kwargs)
@@ -202,6 +203,21 @@ def from_dict(cls: type[C], data: dict[str, Any], prefix: str = "") -> C:
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"config section {prefix.rstrip('.') or cls.__name__!r}: {e}") from e
+
+
+def _without_renamed(default: Any, base: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """``base`` (the dict of the section ``default``) less every `selected` subsection, at any depth,
+    whose name ``data`` changes: a section of another class keeps none of the default's keys."""
+    for f in dataclasses.fields(default):
+        sub, value = data.get(f.name), getattr(default, f.name, None)
+        if not isinstance(sub, dict) or not dataclasses.is_dataclass(value) or not isinstance(base.get(f.name), dict):
+            continue
+        if "select" in f.metadata and sub.get(f.metadata["select"][1], getattr(value, f.metadata["select"][1])) \
+                != getattr(value, f.metadata["select"][1]):
+            base.pop(f.name)
+        else:
+            _without_renamed(value, base[f.name], sub)
+    return base
 
 
 def selected(registry: Any, default: Any, key: str = "name") -> Any:

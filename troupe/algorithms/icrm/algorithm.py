@@ -16,6 +16,12 @@ the same ICRM steered by persona b's. Every arm is scored by both personas' gold
 held-out prompts (greedy), every ``rl.eval_every`` steps. The reward roles read their model at
 their first call, once the fitting has saved it.
 
+With ``data.source=arithmetic`` (verifiable math) the episodes are (correct, incorrect) solution
+pairs of arithmetic problems, the demos pairs of *other* problems, and the arms are ``icrm`` (the
+chosen ICRM reading k such demos of training problems in every row), ``static`` (the static RM
+fitted on the same pairs) and ``rule`` (the task's exact checker itself), all from one SFT policy
+on the same problems and scored by exact-match accuracy on held-out problems.
+
 With a dataset source (``data.source`` helpsteer2, ultrafeedback or pku_saferlhf) the models
 are fitted and evaluated on its episodes, on prompts held out of training; ICRM-RL, best-of-N
 and the steering front need the synthetic personas' gold reward and are not run (the report
@@ -40,12 +46,15 @@ import torch
 from troupe.algorithms.grpo.algorithm import grpo_step
 from troupe.algorithms.icrm import analysis
 from troupe.algorithms.icrm import selection as bon
-from troupe.algorithms.icrm.config import ARMS, DATASET_KEYS, PERSONAS, ICRMRunConfig
+from troupe.algorithms.icrm.config import ARITHMETIC, ARMS, DATASET_KEYS, PERSONAS, ICRMRunConfig
 from troupe.algorithms.icrm.learner import (
+    ArithmeticData,
+    Data,
     DatasetData,
     ICRMLearner,
     TaskData,
     Variant,
+    arithmetic_task,
     corpus,
     eval_sets,
     icrm_name,
@@ -60,6 +69,7 @@ from troupe.algorithms.policy_graph import PolicyGraph, step_seed
 from troupe.algorithms.sft import prepare_policy
 from troupe.envs.persona_prompts import PersonaPromptsTask
 from troupe.envs.preferences.loaders import HUB_IDS
+from troupe.envs.preferences.solutions import with_solution_demos
 from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
 from troupe.platform.config import to_dict
@@ -101,13 +111,18 @@ class ICRMAlgorithm(Algorithm):
         self.shares = deal(self.variants, config.workers.count)
         self.holder = {v.name: i for i, share in enumerate(self.shares) for v in share}
         self.backbone_path = ""
-        self.data: TaskData | DatasetData | None = None
+        self.data: Data | None = None
         self.finished = False
         rl = config.rl
-        self.tasks = {who: PersonaPromptsTask(dataclasses.replace(
-            rl.policy.task, weights=list(getattr(rl, f"persona_{who}")), demos=config.data.personas.max_demos,
-            beta0=config.data.personas.beta0)) for who in ("a", "b")} if config.data.source == PERSONAS else {}
-        self.eval_rows = {who: t.eval_rows(rl.policy.eval.num_prompts) for who, t in self.tasks.items()}
+        self.tasks: dict[str, Any] = {}
+        if config.data.source == PERSONAS:
+            self.tasks = {who: PersonaPromptsTask(dataclasses.replace(
+                rl.policy.task, weights=list(getattr(rl, f"persona_{who}")), demos=config.data.personas.max_demos,
+                beta0=config.data.personas.beta0)) for who in ("a", "b")}
+            self.eval_rows = {who: t.eval_rows(rl.policy.eval.num_prompts) for who, t in self.tasks.items()}
+        elif config.data.source == ARITHMETIC:
+            self.tasks = {"a": arithmetic_task(config)}
+            self.eval_rows = {"exact": self.tasks["a"].eval_rows(rl.policy.eval.num_prompts)}
         self.arms: dict[str, PolicyGraph] = {}
         self.advantage = ADVANTAGES.get(rl.policy.grpo.advantage)
         self.rl_log: list[dict[str, Any]] = []
@@ -132,7 +147,7 @@ class ICRMAlgorithm(Algorithm):
         facts: dict[str, Any] = {"backbone": backbone, "backbone_path": self.backbone_path,
                                  "models": [v.name for v in self.variants],
                                  "learners": [[v.name for v in share] for share in self.shares]}
-        if isinstance(self.data, DatasetData):
+        if isinstance(self.data, DatasetData | ArithmeticData):
             facts["data"] = self.data.facts()
         if c.rl.steps:
             policy: dict[str, Any] = {}
@@ -140,8 +155,9 @@ class ICRMAlgorithm(Algorithm):
             facts["policy"] = policy
             # Each arm's reward role is its reward model; the shared "reward" role (a rule) is the
             # gold reward every arm is evaluated with.
+            # The rule arm is trained on that gold reward itself.
             self.arms = {arm: PolicyGraph(c.rl.policy, policy["model_path"], prefix=f"{arm}_", shared_roles=i == 0,
-                                          reward_role=f"reward_{ARMS[arm][0]}", checker_role="reward")
+                                          reward_role=reward_role(arm), checker_role="reward")
                          for i, arm in enumerate(c.rl.arms)}
         return facts
 
@@ -154,7 +170,7 @@ class ICRMAlgorithm(Algorithm):
         if not self.arms:
             return roles
         r = c.rl.policy.reward
-        for rm in sorted({ARMS[arm][0] for arm in c.rl.arms}):
+        for rm in sorted({ARMS[arm][0] for arm in c.rl.arms} - {"rule"}):
             roles.append(Role(f"reward_{rm}", ICRMReward, num_cpus=r.num_cpus, max_restarts=r.max_restarts,
                               kwargs={"path": str(self.ctx.artifact(f"models/{rm}")), "estimate": c.rl.estimate,
                                       "device": r.device, "batch_size": r.batch_size}))
@@ -187,12 +203,12 @@ class ICRMAlgorithm(Algorithm):
         for share in self.graph["learner"].call("predict"):
             predictions |= share
         predictions = json.loads(json.dumps(predictions))  # the report reads k as a string key, as from the file
-        data = self.data if self.data is not None else task_data(c)
+        data = self.task_data()
         truth = {s: {str(k): {"label": [e.query.label for e in eps], "p_true": p.tolist()}
                      for k, (eps, p) in by_k.items()} for s, by_k in eval_sets(c, data).items()}
         atomic_write_json(self.ctx.artifact("predictions.json"), predictions)
         atomic_write_json(self.ctx.artifact("truth.json"), truth)
-        if isinstance(data, DatasetData):
+        if isinstance(data, DatasetData | ArithmeticData):
             atomic_write_json(self.ctx.artifact("data.json"), data.facts())
         tab = analysis.table(predictions, truth)
         selected, eces = analysis.select_lambda(tab, {icrm_name(lam): lam for lam in c.train.lambdas})
@@ -212,6 +228,11 @@ class ICRMAlgorithm(Algorithm):
         t = tab[selected]["seen"]
         return {"eval/selected_lambda": float(selected.removeprefix("icrm_lam")),
                 "eval/icrm_ece_seen": t["all"]["ece"], "eval/icrm_accuracy_seen": t["all"]["accuracy"]}
+
+    def task_data(self) -> Data:
+        if self.data is None:
+            self.data = task_data(self.config)
+        return self.data
 
     def select(self, selected: str, data: TaskData) -> dict[str, Any]:
         """§C.4 read by what the models pick from the evaluation pool (`learner.selection_set`):
@@ -259,7 +280,8 @@ class ICRMAlgorithm(Algorithm):
 
     # -- ICRM-RL -------------------------------------------------------------------------------------
     def rl_step(self, t: int) -> dict[str, float]:
-        """GRPO step ``t`` of every arm, on the same prompts (each arm's own persona's demos);
+        """GRPO step ``t`` of every arm, on the same prompts (each arm's own persona's demos, or
+        the same solution pairs of other problems);
         the gold evaluation before the first step and every ``rl.eval_every`` after."""
         c = self.config.rl
         metrics: dict[str, float] = {}
@@ -270,6 +292,9 @@ class ICRMAlgorithm(Algorithm):
         for arm, policy in self.arms.items():
             rng.bit_generator.state = state  # the same prompts and reference responses for every arm
             rows = self.tasks[ARMS[arm][1]].train_rows(c.policy.grpo.prompts_per_step, rng)
+            data = self.task_data()
+            if isinstance(data, ArithmeticData):  # k (correct, incorrect) pairs of other problems in each row
+                rows = with_solution_demos(rows, data.train, data.mistakes, self.config.data.max_demos, rng)
             out = grpo_step(policy, rows, c.policy.grpo.group_size, c.policy.rollout.sampling,
                             step_seed(self.config.run.seed, t, f"rl_sample/{arm}"), self.advantage)
             metrics |= {f"rl/{k}/{arm}": v for k, v in out.items()}
@@ -278,8 +303,8 @@ class ICRMAlgorithm(Algorithm):
         return metrics
 
     def rl_evaluate(self, t: int) -> dict[str, float]:
-        """Both personas' gold reward of every arm's greedy completions on held-out prompts; each
-        record is appended to ``rl.jsonl`` for the report."""
+        """Both personas' gold reward (arithmetic: exact-match accuracy, ``exact``) of every arm's
+        greedy completions on held-out prompts; each record is appended to ``rl.jsonl`` for the report."""
         c = self.config.rl
         greedy = dataclasses.replace(c.policy.rollout.sampling, temperature=c.policy.eval.temperature)
         out: dict[str, float] = {}
@@ -351,7 +376,7 @@ class ICRMAlgorithm(Algorithm):
         written += analysis.selection_plots(picks, run.plots_dir) if picks else []
         written += analysis.rl_plots(records, run.plots_dir)
         curves = analysis.rl_kl_curves(records, history, config.train.chunks)
-        written += analysis.rl_kl_plot(curves, run.plots_dir)
+        written += analysis.rl_kl_plot(curves, run.plots_dir, config.data.source == ARITHMETIC)
         summary = {"selected": selected, "validation_ece": eces, "metrics": tab, "claims": claim_list,
                    "rl": records, "rl_gold_vs_kl": curves, "plots": written, "best_of_n": picks}
         sections = analysis.sections(tab, selected, eces, claim_list, written)
@@ -360,8 +385,34 @@ class ICRMAlgorithm(Algorithm):
         if config.data.source != PERSONAS:
             facts = json.loads(data_file.read_text()) if data_file.is_file() else None
             summary["data"] = facts
-            sections = data_section(config, facts) + sections
+            describe = arithmetic_section if config.data.source == ARITHMETIC else data_section
+            sections = describe(config, facts) + sections
         return Report(summary, sections + analysis.rl_section(records))
+
+
+def reward_role(arm: str) -> str:
+    """The role an arm's rollouts are scored by: its reward model's, or the rule's own."""
+    rm = ARMS[arm][0]
+    return "reward" if rm == "rule" else f"reward_{rm}"
+
+
+def arithmetic_section(config: ICRMRunConfig, facts: dict[str, Any] | None) -> list[str]:
+    """What an arithmetic run's episodes are, and how many problems each part holds."""
+    d = config.data
+    lines = ["## Data", "", f"Verifiable arithmetic: {d.digits}-digit operands, operators {d.ops}. A pair is a "
+             "problem's correct answer against a plausible wrong one; an episode's demos are pairs of other "
+             "problems, shown in a random order (the correct one always preferred, so calibration is against that "
+             f"exact label). Training problems come from the task's train split; evaluation problems from its "
+             f"held-out split, halved into validation and test. Mistake kinds trained on (and in `valid`, `seen`): "
+             f"{d.mistakes}; held out (`unseen`, its demos and queries both): {d.unseen_mistakes}."]
+    if facts:
+        p, r = facts["prompts"], facts["responses"]
+        lines += ["", "| part | problems | solutions |", "|---|---|---|"]
+        lines += [f"| {n} | {p[n]} | {r[n]} |" for n in ("train", "valid", "test")]
+    lines += ["", "In the tables below \"new personas of the train split\" read as held-out problems with the "
+              "trained mistake kinds (`seen`), \"unseen-direction personas\" as the held-out mistake kinds "
+              "(`unseen`). Best-of-N and the steering front (persona rewards) are not run."]
+    return ["\n".join(lines)]
 
 
 def data_section(config: ICRMRunConfig, facts: dict[str, Any] | None) -> list[str]:

@@ -196,6 +196,24 @@ def sections(tab: dict[str, Any], selected: str, eces: dict[str, float], claim_l
 # -- ICRM-RL ---------------------------------------------------------------------------------------
 ARM_LABEL = {"icrm": "ICRM steered by a", "static": "static RM", "icrm_b": "ICRM steered by b"}
 OWN_PERSONA = {"icrm": "a", "static": "a", "icrm_b": "b"}  # the persona whose gold an arm is trained toward
+# data.source=arithmetic: every arm's gold is exact-match accuracy on held-out problems ("exact")
+EXACT = "exact"
+ARITHMETIC_LABEL = {"icrm": "ICRM (solution pairs of other problems)", "static": "static RM (same pairs)",
+                    "rule": "rule verifier"}
+
+
+def _arithmetic(records: list[dict[str, Any]]) -> bool:
+    return any(k.endswith(f"/{EXACT}") for r in records for k in r)
+
+
+def _label(arm: str, records: list[dict[str, Any]]) -> str:
+    return (ARITHMETIC_LABEL if _arithmetic(records) else ARM_LABEL).get(arm, arm)
+
+
+def _own_key(arm: str, rec: dict[str, Any]) -> str:
+    """The gold an arm is trained toward: its own persona's, or held-out accuracy."""
+    key = f"gold/{arm}/{EXACT}"
+    return key if key in rec else f"gold/{arm}/{OWN_PERSONA.get(arm, 'a')}"
 
 
 def rl_kl_curves(records: list[dict[str, Any]], history: list[dict[str, Any]],
@@ -209,15 +227,15 @@ def rl_kl_curves(records: list[dict[str, Any]], history: list[dict[str, Any]],
     for rec in records:
         t = int(rec["rl_step"])
         row = by_step.get(first_rl_step + t - 1, {}) if t else {}
-        for arm, who in OWN_PERSONA.items():
-            gold = rec.get(f"gold/{arm}/{who}")
+        for arm in dict.fromkeys([*OWN_PERSONA, *ARITHMETIC_LABEL]):
+            gold = rec.get(_own_key(arm, rec))
             kl = 0.0 if t == 0 else row.get(f"rl/kl/ref/{arm}")
             if gold is not None and kl is not None:
                 out.setdefault(arm, []).append((float(kl), float(gold)))
     return out
 
 
-def rl_kl_plot(curves: dict[str, list[tuple[float, float]]], plots_dir: Path) -> list[str]:
+def rl_kl_plot(curves: dict[str, list[tuple[float, float]]], plots_dir: Path, arithmetic: bool = False) -> list[str]:
     """Each arm's own persona's gold reward against its KL to the start policy."""
     if not any(len(c) > 1 for c in curves.values()):
         return []
@@ -229,9 +247,10 @@ def rl_kl_plot(curves: dict[str, list[tuple[float, float]]], plots_dir: Path) ->
     fig, ax = plt.subplots(figsize=(5.6, 3.6))
     for i, (arm, pts) in enumerate(curves.items()):
         kl, gold = zip(*pts, strict=True)
-        ax.plot(kl, gold, marker="o", color=f"C{i}", label=f"{ARM_LABEL.get(arm, arm)} (persona {OWN_PERSONA[arm]})")
+        label = ARITHMETIC_LABEL.get(arm, arm) if arithmetic else f"{ARM_LABEL.get(arm, arm)} (persona {OWN_PERSONA[arm]})"
+        ax.plot(kl, gold, marker="o", color=f"C{i}", label=label)
     ax.set_xlabel("KL(π ‖ π_SFT), k3 estimate on the step's batch")
-    ax.set_ylabel("own persona's gold reward (held-out, greedy)")
+    ax.set_ylabel("held-out exact-match accuracy" if arithmetic else "own persona's gold reward (held-out, greedy)")
     ax.set_title("ICRM-RL: gold reward against KL to the start policy", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
@@ -243,6 +262,8 @@ def rl_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     reward at the last step, and steerability (each steered policy higher on its own persona)."""
     if len(records) < 2:
         return []
+    if _arithmetic(records):
+        return arithmetic_rl_claims(records)
     first, last = records[0], records[-1]
 
     def g(rec: dict[str, Any], arm: str, who: str) -> float | None:
@@ -265,6 +286,36 @@ def rl_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+RULE_GAP = 0.05  # "close to the rule verifier": held-out accuracy within this of its arm's
+
+
+def arithmetic_rl_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """§C.3 5 read on held-out exact-match accuracy at the last evaluation: the ICRM arm against the
+    static RM trained on the same pairs, and how close it comes to the rule verifier."""
+    first, last = records[0], records[-1]
+    t = last["rl_step"]
+
+    def acc(rec: dict[str, Any], arm: str) -> float | None:
+        return rec.get(f"gold/{arm}/{EXACT}")
+
+    out = []
+    i, s, r = acc(last, "icrm"), acc(last, "static"), acc(last, "rule")
+    if i is not None and s is not None:
+        out.append({"claim": f"arithmetic RL: the ICRM-rewarded policy is more accurate on held-out problems than "
+                             f"the static-RM-rewarded one at the same steps ({t})",
+                    "measured": f"{i:.3f} vs {s:.3f} (start {acc(first, 'icrm'):.3f})", "holds": bool(i > s)})
+    if i is not None and r is not None:
+        start = acc(first, "rule")
+        gain_r, gain_i = r - start, i - acc(first, "icrm")
+        share = f"{gain_i / gain_r:.2f} of its gain" if abs(gain_r) > 1e-9 else "no gain of the rule arm"
+        out.append({"claim": f"arithmetic RL: the ICRM-rewarded policy comes within {RULE_GAP} of the rule "
+                             f"verifier's held-out accuracy at the same steps ({t})",
+                    "measured": f"{i:.3f} vs {r:.3f} (gap {r - i:+.3f}; gains from the start {gain_i:+.3f} vs "
+                                f"{gain_r:+.3f}: {share})",
+                    "holds": bool(r - i <= RULE_GAP)})
+    return out
+
+
 def rl_plots(records: list[dict[str, Any]], plots_dir: Path) -> list[str]:
     """Gold reward of each persona against the RL step, one plot per persona."""
     if not records:
@@ -276,15 +327,18 @@ def rl_plots(records: list[dict[str, Any]], plots_dir: Path) -> list[str]:
 
     written = []
     steps = [r["rl_step"] for r in records]
-    arms = sorted({k.split("/")[1] for r in records for k in r if k.startswith("gold/")}, key=list(ARM_LABEL).index)
-    for who in ("a", "b"):
+    order = [*ARM_LABEL, *ARITHMETIC_LABEL]
+    arms = sorted({k.split("/")[1] for r in records for k in r if k.startswith("gold/")}, key=order.index)
+    whos = sorted({k.split("/")[2] for r in records for k in r if k.startswith("gold/")})
+    for who in whos:
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
         for i, arm in enumerate(arms):
             ax.plot(steps, [r[f"gold/{arm}/{who}"] for r in records], marker="o", color=f"C{i}",
-                    label=ARM_LABEL.get(arm, arm))
+                    label=_label(arm, records))
         ax.set_xlabel("GRPO step")
-        ax.set_ylabel(f"persona {who}'s gold reward (held-out, greedy)")
-        ax.set_title(f"ICRM-RL: persona {who}'s gold reward", fontsize=9)
+        what = "exact-match accuracy" if who == EXACT else f"persona {who}'s gold reward"
+        ax.set_ylabel(f"{what} (held-out, greedy)")
+        ax.set_title(f"ICRM-RL: {what}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
         written.append(save_figure(fig, plots_dir / f"rl_gold_{who}.png"))
@@ -295,11 +349,21 @@ def rl_section(records: list[dict[str, Any]]) -> list[str]:
     if not records:
         return []
     keys = [k for k in records[0] if k.startswith("gold/")]
-    lines = ["## ICRM-RL", "", "Gold persona reward (wᵀφ of the completion's attributes) of each arm's greedy "
-             "completions on held-out prompts.", "",
-             "| step | " + " | ".join(f"{ARM_LABEL.get(k.split('/')[1], k)} on {k.split('/')[2]}" for k in keys) + " |",
-             "|---|" + "---|" * len(keys)]
+    if _arithmetic(records):
+        lines = ["## ICRM-RL", "", "Exact-match accuracy (the task's checker) of each arm's greedy answers to "
+                 "held-out problems. Every arm starts from the same SFT policy and trains on the same problems; "
+                 "the ICRM arm's reward reads k (correct, incorrect) solution pairs of other problems in each row.",
+                 "", "| step | " + " | ".join(_label(k.split("/")[1], records) for k in keys) + " |",
+                 "|---|" + "---|" * len(keys)]
+    else:
+        lines = ["## ICRM-RL", "", "Gold persona reward (wᵀφ of the completion's attributes) of each arm's greedy "
+                 "completions on held-out prompts.", "",
+                 "| step | " + " | ".join(f"{ARM_LABEL.get(k.split('/')[1], k)} on {k.split('/')[2]}" for k in keys)
+                 + " |", "|---|" + "---|" * len(keys)]
     lines += [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + " |" for r in records]
+    claims = arithmetic_rl_claims(records) if _arithmetic(records) and len(records) > 1 else []
+    lines += [""] + [f"- {'**holds**' if c['holds'] else '**does not hold**'}: {c['claim']}: {c['measured']}."
+                     for c in claims]
     return ["\n".join(lines)]
 
 

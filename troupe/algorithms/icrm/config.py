@@ -10,10 +10,12 @@ from troupe.algorithms.grpo.config import EvalConfig, GRPOConfig, GRPOSettings, 
 from troupe.algorithms.icrm.model import ICRMConfig
 from troupe.algorithms.icrm.text import BackboneConfig
 from troupe.algorithms.sft import ModelConfig, SFTConfig
+from troupe.envs.arithmetic import ArithmeticTask
 from troupe.envs.persona_prompts import PersonaPromptsTask
 from troupe.envs.preferences.attributes import LABELS
 from troupe.envs.preferences.loaders import ATTRIBUTES_OF
 from troupe.envs.preferences.personas import PersonaConfig
+from troupe.envs.preferences.solutions import MISTAKES, kinds_possible, split_size
 from troupe.envs.preferences.text_personas import ATTRIBUTES
 from troupe.platform.config import RunConfig, check
 from troupe.platform.errors import ConfigError
@@ -22,7 +24,8 @@ from troupe.platform.errors import ConfigError
 # on held-out prompts); unseen: the test split (a dataset: held-out objectives on those prompts)
 SPLITS = ("valid", "seen", "unseen")
 PERSONAS = "personas"
-SOURCES = (PERSONAS, *ATTRIBUTES_OF)
+ARITHMETIC = "arithmetic"
+SOURCES = (PERSONAS, ARITHMETIC, *ATTRIBUTES_OF)
 MIN_EVAL_PROMPTS = 2  # per evaluation part: demos come from prompts other than the query's
 
 # A dataset's objectives when data.objectives is not given: (training, held out for "unseen").
@@ -40,6 +43,9 @@ DEFAULT_OBJECTIVES: dict[str, tuple[dict[str, dict[str, float]], dict[str, dict[
 # DataConfig's keys that only a dataset source reads
 DATASET_KEYS = ("source", "path", "split", "objectives", "unseen_objectives", "labels", "beta", "eval_fraction",
                 "max_prompts")
+# DataConfig's keys that only data.source=personas reads, and those only data.source=arithmetic reads
+PERSONA_KEYS = ("train_personas", "eval_personas", "pool", "eval_pool")
+ARITHMETIC_KEYS = ("digits", "ops", "mistakes", "unseen_mistakes", "problems", "eval_problems")
 
 
 @dataclasses.dataclass
@@ -65,6 +71,16 @@ class DataConfig:
     both lists, is a ConfigError naming ``data.objectives.<name>``; a dataset too small for the
     evaluation parts (`MIN_EVAL_PROMPTS` prompts each), one naming ``data.eval_fraction``.
 
+    ``arithmetic``: verifiable math (§C.2, "use as RL reward"). Problems of
+    `troupe.envs.arithmetic.ArithmeticTask` (``digits``, ``ops``), answered as its policy answers
+    them; a pair is a problem's correct answer against a plausible wrong one
+    (`troupe.envs.preferences.solutions`: ``off_by``, a dropped ``carry`` or borrow, a wrong
+    ``digit``), and an episode's demos are pairs of *other* problems. ``problems`` distinct
+    train-split problems train the models; ``eval_problems`` distinct held-out (test-split)
+    problems, halved, give ``valid`` and ``seen`` (wrong answers of the ``mistakes`` kinds) and
+    ``unseen`` (the same problems as ``seen``, wrong answers and demos of the held-out
+    ``unseen_mistakes`` kinds). The persona and dataset keys do not apply (a ConfigError names them).
+
     Every source: ``personas.max_demos`` bounds the demos of an episode (training k is uniform on
     0..max_demos); ``eval_episodes`` per split and k; ``eval_ks`` the k evaluated.
     """
@@ -87,10 +103,20 @@ class DataConfig:
     beta: float = 1.0
     eval_fraction: float = 0.2
     max_prompts: int | None = None
+    # data.source=arithmetic only
+    digits: int = 2
+    ops: list[str] = dataclasses.field(default_factory=lambda: ["+"])
+    mistakes: list[str] = dataclasses.field(default_factory=lambda: ["off_by", "carry"])
+    unseen_mistakes: list[str] = dataclasses.field(default_factory=lambda: ["digit"])
+    problems: int = 2000  # train-split problems the training episodes are drawn from
+    eval_problems: int = 400  # held-out problems, halved into validation and test
 
     def __post_init__(self) -> None:
         check(self.source in SOURCES, "data.source", self.source, f"one of {list(SOURCES)}")
-        if self.source == PERSONAS:
+        self._check_keys_apply()
+        if self.source == ARITHMETIC:
+            self._check_arithmetic()
+        elif self.source == PERSONAS:
             for key in ("objectives", "unseen_objectives"):
                 check(not getattr(self, key), f"data.{key}", getattr(self, key),
                       "no objectives with data.source=personas (its personas come from data.personas); "
@@ -114,6 +140,57 @@ class DataConfig:
     def max_demos(self) -> int:
         """The demos an episode holds at most, for every source."""
         return self.personas.max_demos
+
+    def _changed(self, keys: tuple[str, ...]) -> list[str]:
+        """The keys among ``keys`` set to other than their defaults."""
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        out = []
+        for key in keys:
+            f = fields[key]
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if getattr(self, key) != default:
+                out.append(key)
+        return out
+
+    def _check_keys_apply(self) -> None:
+        """A key another source reads is a mistake with this one: name it and what to do."""
+        if self.source == ARITHMETIC:
+            personas = dataclasses.replace(PersonaConfig(), max_demos=self.personas.max_demos)
+            extra = self._changed(PERSONA_KEYS + DATASET_KEYS[1:]) + (["personas"] if self.personas != personas else [])
+            if extra:
+                raise ConfigError(f"config key(s) {[f'data.{k}' for k in extra]} do not apply with "
+                                  "data.source=arithmetic (they shape persona or dataset episodes); remove them. An "
+                                  "arithmetic episode is set by data.digits, data.ops, data.mistakes, "
+                                  "data.unseen_mistakes, data.problems, data.eval_problems and "
+                                  "data.personas.max_demos")
+        elif extra := self._changed(ARITHMETIC_KEYS):
+            raise ConfigError(f"config key(s) {[f'data.{k}' for k in extra]} apply with data.source=arithmetic only "
+                              f"(data.source={self.source}); remove them, or set data.source=arithmetic")
+
+    def _check_arithmetic(self) -> None:
+        check(1 <= self.digits <= 6, "data.digits", self.digits, "1 to 6")
+        check(bool(self.ops) and all(o in ("+", "-", "*") for o in self.ops) and len(set(self.ops)) == len(self.ops),
+              "data.ops", self.ops, "distinct operators among '+', '-', '*'")
+        for key in ("mistakes", "unseen_mistakes"):
+            kinds = getattr(self, key)
+            check(bool(kinds) and all(k in MISTAKES for k in kinds) and len(set(kinds)) == len(kinds), f"data.{key}",
+                  kinds, f"distinct mistake kinds among {list(MISTAKES)}, at least one")
+            possible = kinds_possible(self.digits, self.ops, kinds)
+            check(bool(possible), f"data.{key}", kinds,
+                  f"a mistake kind some problem admits: with data.digits={self.digits} and data.ops={self.ops} no "
+                  "answer has a carry or borrow to drop ('carry' needs '+' or '-' and data.digits >= 2); add "
+                  "'off_by' or 'digit'")
+        both = sorted(set(self.mistakes) & set(self.unseen_mistakes))
+        check(not both, "data.unseen_mistakes", both, "kinds apart from data.mistakes' (a kind is trained on or held out)")
+        check(self.problems >= 2, "data.problems", self.problems, "an integer >= 2 (demos come from other problems)")
+        check(self.eval_problems >= 2 * MIN_EVAL_PROMPTS, "data.eval_problems", self.eval_problems,
+              f"an integer >= {2 * MIN_EVAL_PROMPTS} (halved into validation and test)")
+        task = ArithmeticTask(digits=self.digits, ops=list(self.ops))
+        for key, split, n in (("problems", "train", self.problems), ("eval_problems", "test", self.eval_problems)):
+            have = split_size(task, split)
+            check(have is None or n <= have, f"data.{key}", n,
+                  f"at most {have}, the distinct {split}-split problems of data.digits={self.digits} and "
+                  f"data.ops={self.ops}; lower data.{key} or raise data.digits")
 
     def _check_objectives(self) -> None:
         """Fill a dataset's default objectives; each must weight attributes the dataset has."""
@@ -188,9 +265,12 @@ class WorkersConfig:
         check(self.num_gpus >= 0, "workers.num_gpus", self.num_gpus, "a number >= 0")
 
 
-# arm -> (the reward model it is trained against, the persona whose demos steer it)
-ARMS = {"icrm": ("icrm", "a"), "static": ("static", "a"), "icrm_b": ("icrm", "b")}
+# arm -> (the reward model it is trained against, the persona whose demos steer it); "rule" is the
+# task's own exact checker (the shared "reward" role)
+ARMS = {"icrm": ("icrm", "a"), "static": ("static", "a"), "icrm_b": ("icrm", "b"), "rule": ("rule", "a")}
+SOURCE_ARMS = {PERSONAS: ["icrm", "static", "icrm_b"], ARITHMETIC: ["icrm", "static", "rule"]}
 PERSONA_RL_STEPS = 40  # rl.steps left unset with data.source=personas; a dataset source: 0
+ARITHMETIC_RL_STEPS = 30  # ... and with data.source=arithmetic
 
 
 def _policy() -> GRPOConfig:
@@ -221,7 +301,7 @@ class RLConfig:
     evaluation pool by the same gold reward) are not run."""
 
     steps: int | None = None  # GRPO steps per arm; 0 skips RL; None: PERSONA_RL_STEPS, or 0 with a dataset
-    arms: list[str] = dataclasses.field(default_factory=lambda: list(ARMS))
+    arms: list[str] = dataclasses.field(default_factory=list)  # empty: SOURCE_ARMS of data.source
     estimate: str = "mu"  # reward.icrm_estimate: mu, r or conservative
     # Two personas that weigh disjoint attributes (cosine 0): a = science and formality,
     # b = numbers, hedging and politeness. Unit vectors are made of them.
@@ -232,8 +312,8 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         check(self.steps is None or self.steps >= 0, "rl.steps", self.steps, "an integer >= 0")
-        check(bool(self.arms) and all(a in ARMS for a in self.arms) and len(set(self.arms)) == len(self.arms),
-              "rl.arms", self.arms, f"distinct names among {list(ARMS)}")
+        check(all(a in ARMS for a in self.arms) and len(set(self.arms)) == len(self.arms),
+              "rl.arms", self.arms, f"distinct names among {list(ARMS)}, or [] for the source's own")
         check(self.estimate in ("mu", "r", "conservative"), "rl.estimate", self.estimate, "mu, r or conservative")
         for key in ("persona_a", "persona_b"):
             w = getattr(self, key)
@@ -262,13 +342,21 @@ class ICRMRunConfig:
     rl: RLConfig = dataclasses.field(default_factory=RLConfig)
 
     def __post_init__(self) -> None:
-        personas = self.data.source == PERSONAS
+        source = self.data.source
+        gold = source in SOURCE_ARMS  # a source with a gold scorer of a policy's new responses
         if self.rl.steps is None:
-            self.rl.steps = PERSONA_RL_STEPS if personas else 0
-        check(personas or self.rl.steps == 0, "rl.steps", self.rl.steps,
-              f"0 (or unset) with data.source={self.data.source}: the RL arms are scored by the synthetic "
-              "personas' gold reward, which a dataset has no equivalent of; add rl.steps=0 (a preset such as "
-              "smoke sets it), or use data.source=personas for ICRM-RL")
+            self.rl.steps = {PERSONAS: PERSONA_RL_STEPS, ARITHMETIC: ARITHMETIC_RL_STEPS}.get(source, 0)
+        check(gold or self.rl.steps == 0, "rl.steps", self.rl.steps,
+              f"0 (or unset) with data.source={source}: the RL arms are scored by a gold reward (the synthetic "
+              "personas' or the arithmetic checker), which a dataset has no equivalent of; add rl.steps=0 (a preset "
+              "such as smoke sets it), or use data.source=personas or arithmetic for ICRM-RL")
+        if gold:
+            if not self.rl.arms:
+                self.rl.arms = list(SOURCE_ARMS[source])
+            check(all(a in SOURCE_ARMS[source] for a in self.rl.arms), "rl.arms", self.rl.arms,
+                  f"arms of data.source={source}: names among {SOURCE_ARMS[source]}")
+        if source == ARITHMETIC:
+            self._arithmetic_policy_task()
         total = self.train.chunks + self.rl.steps
         if self.run.steps == 0:
             self.run = dataclasses.replace(self.run, steps=total)
@@ -284,3 +372,22 @@ class ICRMRunConfig:
                                                                              seed=self.run.seed))
         check(self.icrm.max_demos >= self.data.personas.max_demos, "icrm.max_demos", self.icrm.max_demos,
               f"at least data.personas.max_demos={self.data.personas.max_demos}, the demos an episode holds")
+
+    def _arithmetic_policy_task(self) -> None:
+        """The RL arms' task is data.source=arithmetic's problems: the default (persona) task is
+        replaced by them, and an arithmetic task of other problems is refused."""
+        d, policy = self.data, self.rl.policy
+        task = policy.task
+        if isinstance(task, ArithmeticTask.Config):
+            check(task.digits == d.digits and list(task.ops) == list(d.ops), "rl.policy.task", to_task_keys(task),
+                  f"the problems of data.digits={d.digits} and data.ops={d.ops} (the reward models were fitted on "
+                  "them); set data.digits and data.ops, and leave rl.policy.task out")
+            return
+        check(task == PersonaPromptsTask.Config(), "rl.policy.task", task.name,
+              "no task with data.source=arithmetic: the arms train on its problems (data.digits, data.ops)")
+        self.rl.policy = dataclasses.replace(policy, task=ArithmeticTask.Config(digits=d.digits, ops=list(d.ops)),
+                                             reward=dataclasses.replace(policy.reward, fn=None))
+
+
+def to_task_keys(task: ArithmeticTask.Config) -> dict[str, object]:
+    return {"name": task.name, "digits": task.digits, "ops": list(task.ops)}

@@ -7,8 +7,9 @@ fits each to a step count, `predict` scores the evaluation episodes, `export`/`r
 everything an exact resume needs. Variants draw their episodes from their own seeded stream, so
 a variant's fit does not depend on which actor holds it or on what else that actor holds.
 
-The task's data (`task_data`) is the synthetic text personas (`TaskData`) or a multi-attribute
-dataset split by prompt (`DatasetData`); `train_episodes`, `eval_sets` and `corpus` read either.
+The task's data (`task_data`) is the synthetic text personas (`TaskData`), a multi-attribute
+dataset split by prompt (`DatasetData`) or arithmetic problems with (correct, incorrect) solution
+pairs (`ArithmeticData`); `train_episodes`, `eval_sets` and `corpus` read each.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from troupe.actors.base import configure_threads
-from troupe.algorithms.icrm.config import MIN_EVAL_PROMPTS, PERSONAS, SPLITS, ICRMRunConfig
+from troupe.algorithms.icrm.config import ARITHMETIC, MIN_EVAL_PROMPTS, PERSONAS, SPLITS, ICRMRunConfig
 from troupe.algorithms.icrm.judge_baseline import GenerativeJudge, judge_corpus
 from troupe.algorithms.icrm.text import (
     TextICRM,
@@ -31,9 +32,11 @@ from troupe.algorithms.icrm.text import (
     resolve_device,
     response_text,
 )
+from troupe.envs.arithmetic import ArithmeticTask
 from troupe.envs.preferences.attributes import AttributeSet
 from troupe.envs.preferences.episodes import Episode
 from troupe.envs.preferences.personas import bt_probability, sample_personas
+from troupe.envs.preferences.solutions import SolutionPool, draw_problems, solution_episodes, solution_pool
 from troupe.envs.preferences.text_personas import (
     PROMPTS,
     ResponsePool,
@@ -115,9 +118,57 @@ class DatasetData:
                 "unseen_objectives": self.unseen}
 
 
-def task_data(cfg: ICRMRunConfig) -> TaskData | DatasetData:
-    """The run's data: `persona_data` or `dataset_data` by ``data.source``."""
-    return persona_data(cfg) if cfg.data.source == PERSONAS else dataset_data(cfg)
+@dataclasses.dataclass
+class ArithmeticData:
+    """data.source=arithmetic: distinct train-split problems with wrong answers of the ``mistakes``
+    kinds (the training episodes), and distinct held-out problems, halved, with wrong answers of
+    every kind: ``valid`` (λ's choice) and ``test`` (``seen``: the ``mistakes`` kinds; ``unseen``:
+    the held-out ``unseen`` kinds)."""
+
+    train: SolutionPool
+    valid: SolutionPool
+    test: SolutionPool
+    mistakes: tuple[str, ...]
+    unseen: tuple[str, ...]
+
+    def split(self, name: str) -> tuple[SolutionPool, tuple[str, ...]]:
+        """The problems and the mistake kinds of evaluation split ``name``."""
+        return {"valid": (self.valid, self.mistakes), "seen": (self.test, self.mistakes),
+                "unseen": (self.test, self.unseen)}[name]
+
+    def facts(self) -> dict[str, object]:
+        """What the report says about the data."""
+        parts = {"train": self.train, "valid": self.valid, "test": self.test}
+        return {"source": ARITHMETIC, "prompts": {n: len(p) for n, p in parts.items()},
+                "responses": {n: len(p.texts()) for n, p in parts.items()}, "mistakes": list(self.mistakes),
+                "unseen_mistakes": list(self.unseen)}
+
+
+Data = TaskData | DatasetData | ArithmeticData
+
+
+def task_data(cfg: ICRMRunConfig) -> Data:
+    """The run's data: `persona_data`, `arithmetic_data` or `dataset_data` by ``data.source``."""
+    if cfg.data.source == PERSONAS:
+        return persona_data(cfg)
+    return arithmetic_data(cfg) if cfg.data.source == ARITHMETIC else dataset_data(cfg)
+
+
+def arithmetic_task(cfg: ICRMRunConfig) -> ArithmeticTask:
+    """The problems of data.source=arithmetic (the RL arms' task has the same)."""
+    return ArithmeticTask(digits=cfg.data.digits, ops=list(cfg.data.ops))
+
+
+def arithmetic_data(cfg: ICRMRunConfig) -> ArithmeticData:
+    d = cfg.data
+    task = arithmetic_task(cfg)
+    rng = np.random.default_rng([d.seed, 0])
+    train = solution_pool(draw_problems(task, d.problems, "train", rng), d.mistakes, rng)
+    held = draw_problems(task, d.eval_problems, "test", rng)
+    half = len(held) // 2
+    kinds = [*d.mistakes, *d.unseen_mistakes]
+    valid, test = solution_pool(held[:half], kinds, rng), solution_pool(held[half:], kinds, rng)
+    return ArithmeticData(train, valid, test, tuple(d.mistakes), tuple(d.unseen_mistakes))
 
 
 def persona_data(cfg: ICRMRunConfig) -> TaskData:
@@ -160,17 +211,19 @@ def dataset_data(cfg: ICRMRunConfig) -> DatasetData:
     return DatasetData(d.source, train, valid, test, dict(d.objectives), dict(d.unseen_objectives))
 
 
-def train_episodes(cfg: ICRMRunConfig, data: TaskData | DatasetData, n: int, rng: np.random.Generator,
+def train_episodes(cfg: ICRMRunConfig, data: Data, n: int, rng: np.random.Generator,
                    k: int | tuple[int, int] | None = None) -> list[Episode]:
     """n training episodes, ``k`` demos each (default uniform on 0..data.personas.max_demos)."""
     if isinstance(data, TaskData):
         return pool_episodes(data.personas, data.pool, data.train_weights, n, rng, k=k)
     d = cfg.data
+    if isinstance(data, ArithmeticData):
+        return solution_episodes(data.train, data.mistakes, n, rng, k=(0, d.max_demos) if k is None else k)
     return data.train.episodes(data.objectives, n, rng, k=(0, d.max_demos) if k is None else k, labels=d.labels,
                                beta=d.beta)
 
 
-def training_texts(data: TaskData | DatasetData, limit: int | None = None) -> list[str]:
+def training_texts(data: Data, limit: int | None = None) -> list[str]:
     """What the encoder reads of the training responses (each with its prompt), up to ``limit``."""
     if isinstance(data, TaskData):
         pool = data.pool
@@ -181,12 +234,14 @@ def training_texts(data: TaskData | DatasetData, limit: int | None = None) -> li
 EvalSets = dict[str, dict[int, tuple[list[Episode], np.ndarray]]]  # split -> k -> (episodes, p_true)
 
 
-def eval_sets(cfg: ICRMRunConfig, data: TaskData | DatasetData) -> EvalSets:
+def eval_sets(cfg: ICRMRunConfig, data: Data) -> EvalSets:
     """Per split and k: the evaluation episodes and each query's true P(a ≻ b) under its persona
     or objective. The ks are nested: every k reads the first k demos of the same episodes (same
     personas, same queries), so accuracy-vs-k differences are paired and not sampling noise between sets."""
     if isinstance(data, DatasetData):
         return _dataset_eval_sets(cfg, data)
+    if isinstance(data, ArithmeticData):
+        return _arithmetic_eval_sets(cfg, data)
     out: EvalSets = {}
     feats = dict(zip(data.eval_pool.texts, data.eval_pool.features, strict=True))
     k_max = max(cfg.data.eval_ks)
@@ -221,11 +276,27 @@ def _dataset_eval_sets(cfg: ICRMRunConfig, data: DatasetData) -> EvalSets:
     return out
 
 
-def corpus(cfg: ICRMRunConfig, data: TaskData | DatasetData) -> list[str]:
+def _arithmetic_eval_sets(cfg: ICRMRunConfig, data: ArithmeticData) -> EvalSets:
+    """As `eval_sets` on held-out problems; p_true is the label (the correct solution always wins)."""
+    d = cfg.data
+    out = {}
+    for si, split in enumerate(SPLITS):
+        pool, kinds = data.split(split)
+        full = solution_episodes(pool, kinds, d.eval_episodes, np.random.default_rng([d.seed, 2, si]), k=max(d.eval_ks))
+        p_true = np.array([float(e.query.label) for e in full])
+        out[split] = {k: ([dataclasses.replace(e, demos=e.demos[:k]) for e in full], p_true) for k in d.eval_ks}
+    return out
+
+
+def corpus(cfg: ICRMRunConfig, data: Data) -> list[str]:
     """What the embedded backbone's tokenizer is trained and the backbone pretrained on: responses
-    with their prompts, and judge prompts."""
+    with their prompts, and judge prompts. Arithmetic: the training problems' correct solutions (as
+    a language model reads worked arithmetic, not the mistakes it is then asked to tell apart)."""
     rng = np.random.default_rng([cfg.data.seed, 3])
-    texts = training_texts(data, 4000)
+    if isinstance(data, ArithmeticData):
+        texts = [response_text(p, a) for p, a in zip(data.train.prompts, data.train.answers, strict=True)]
+    else:
+        texts = training_texts(data, 4000)
     if isinstance(data, TaskData):
         eps = pool_episodes(data.personas, data.pool, data.train_weights, 200, rng, k=(0, 2))
     else:
@@ -276,7 +347,7 @@ def mixed_demos(sel: SelectionSet, m_b: int) -> list[tuple[Comparison, ...]]:
 class _Fit:
     """A variant's model, optimizer, schedule and episode stream."""
 
-    def __init__(self, v: Variant, cfg: ICRMRunConfig, backbone_path: str, data: TaskData | DatasetData) -> None:
+    def __init__(self, v: Variant, cfg: ICRMRunConfig, backbone_path: str, data: Data) -> None:
         self.v = v
         self.cfg = cfg
         t = cfg.train
@@ -301,7 +372,7 @@ class _Fit:
         self.done = 0
         self.losses: list[float] = []
 
-    def train_to(self, until: int, data: TaskData | DatasetData) -> None:
+    def train_to(self, until: int, data: Data) -> None:
         until = min(until, self.steps)
         self.model.train()
         while self.done < until:
@@ -372,7 +443,7 @@ class ICRMLearner:
     """Fits its share of the variants (the ``"learner"`` role of `troupe run icrm`)."""
 
     def __init__(self, cfg: ICRMRunConfig, variants: list[Variant], backbone_path: str,
-                 data: TaskData | DatasetData | None = None) -> None:
+                 data: Data | None = None) -> None:
         configure_threads()
         self.cfg = cfg
         self.data = data if data is not None else task_data(cfg)
