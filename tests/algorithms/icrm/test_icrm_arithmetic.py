@@ -110,6 +110,8 @@ def test_the_rl_claims_compare_the_icrm_arm_with_the_static_rm_and_the_rule_veri
     assert not close["holds"] and "gap +0.100" in close["measured"] and "0.67 of its gain" in close["measured"]
     records[-1]["gold/rule/exact"] = 0.42
     assert arithmetic_rl_claims(records)[1]["holds"]
+    flat = [{k: (0.0 if k != "rl_step" else v) for k, v in r.items()} for r in records]
+    assert not arithmetic_rl_claims(flat)[1]["holds"]  # no gain of the rule arm: nothing to come close to
 
 
 @pytest.mark.timeout(120)
