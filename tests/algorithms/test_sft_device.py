@@ -29,3 +29,16 @@ def test_sft_trains_on_the_gpu_and_saves_a_cpu_checkpoint(tmp_path):
     assert info["final_loss"] > 0
     model, _ = load_causal_lm(str(tmp_path))
     assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+def test_stop_loss_ends_the_fit_once_the_mean_of_the_last_20_losses_is_below_it(tmp_path):
+    """A threshold above any loss stops after the first 20 steps; one below none runs them all.
+    Only a set threshold enters the cache key, so checkpoints fitted before it keep theirs."""
+    from troupe.algorithms.sft import _key_fields
+
+    cfg = ModelConfig(sft=SFTConfig(steps=30, batch_size=4, stop_loss=1e6))
+    assert fit_sft(cfg, ArithmeticTask().sft_task(), tmp_path / "a")["sft_steps"] == 20
+    assert "stop_loss" not in _key_fields(ModelConfig())["sft"]
+    assert _key_fields(cfg)["sft"]["stop_loss"] == 1e6
+    with pytest.raises(ValueError, match="model.sft.stop_loss"):
+        SFTConfig(stop_loss=0.0)

@@ -26,7 +26,7 @@ import pytest
 FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults.py"
 # Smoke scale, on top of the scenarios' own overrides (4 steps, a checkpoint every 2).
 SMALL = ["grpo.prompts_per_step=4", "rollout.sampling.max_new_tokens=24", "run.num_cpus=2"]
-CALL_TIMEOUT_S = 30
+CALL_TIMEOUT_S = 20
 
 
 def run_scenario(name: str, work: Path, *args: str) -> dict:

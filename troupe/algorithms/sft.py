@@ -68,9 +68,14 @@ class SFTConfig:
     # from a second, and on a shared 2-core machine a second thread makes each step several
     # times slower. 0 keeps torch's default.
     threads: int = 1
+    # Stop before `steps` once the mean loss of the last 20 steps is below this; None runs every
+    # step. A task learnt all at once after a plateau need not pay for the steps after it.
+    stop_loss: float | None = None
 
     def __post_init__(self) -> None:
         check(self.steps >= 0, "model.sft.steps", self.steps, "an integer >= 0")
+        check(self.stop_loss is None or self.stop_loss > 0, "model.sft.stop_loss", self.stop_loss,
+              "a loss > 0, or null to run every step")
         check(self.schedule in ("constant", "cosine"), "model.sft.schedule", self.schedule, "'constant' or 'cosine'")
         check(self.batch_size >= 1, "model.sft.batch_size", self.batch_size, "an integer >= 1")
 
@@ -114,7 +119,8 @@ def _key_fields(model_cfg: ModelConfig) -> dict[str, Any]:
         out["chat_template"] = chat_template_text(template)
     # Threads do not shape the checkpoint, nor does `enabled` beside the steps that ran; the
     # constant schedule predates the choice: keys unchanged.
-    drop = {"threads", "enabled"} | ({"schedule"} if out["sft"].get("schedule") == "constant" else set())
+    drop = ({"threads", "enabled"} | ({"schedule"} if out["sft"].get("schedule") == "constant" else set())
+            | ({"stop_loss"} if out["sft"].get("stop_loss") is None else set()))
     out["sft"] = {k: v for k, v in out["sft"].items() if k not in drop} | {"steps": model_cfg.sft_steps()}
     return out
 
@@ -208,8 +214,11 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
     opt = torch.optim.AdamW(model.parameters(), lr=model_cfg.sft.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, model_cfg.sft))
     model.train()
-    losses = []
+    losses: list[float] = []
+    stop = model_cfg.sft.stop_loss
     for _ in range(model_cfg.sft.steps):
+        if stop is not None and len(losses) >= 20 and np.mean(losses[-20:]) < stop:
+            break
         rows = task.sample(model_cfg.sft.batch_size, "train", rng)
         inputs = sft_inputs(model, tokenizer, rows, layout)
         loss = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}).loss
@@ -219,9 +228,11 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if len(losses) % 100 == 0:
+            log.debug("SFT step %d: mean loss of the last 20 steps %.4f", len(losses), np.mean(losses[-20:]))
     model.eval()
     save_model(model.to("cpu"), tokenizer, out)
-    info = {"sft_steps": model_cfg.sft.steps, "final_loss": float(np.mean(losses[-20:])) if losses else None,
+    info = {"sft_steps": len(losses), "final_loss": float(np.mean(losses[-20:])) if losses else None,
             "parameters": sum(p.numel() for p in model.parameters()), "seconds": round(time.perf_counter() - t0, 1)}
     log.info("SFT checkpoint built in %.1fs: %s", info["seconds"], info)
     return info
