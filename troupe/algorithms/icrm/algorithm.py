@@ -405,14 +405,20 @@ def arithmetic_section(config: ICRMRunConfig, facts: dict[str, Any] | None) -> l
              f"exact label). Training problems come from the task's train split; evaluation problems from its "
              f"held-out split, halved into validation and test. Mistake kinds trained on (and in `valid`, `seen`): "
              f"{d.mistakes}; held out (`unseen`, its demos and queries both): {d.unseen_mistakes}."]
-    if facts:
-        p, r = facts["prompts"], facts["responses"]
-        lines += ["", "| part | problems | solutions |", "|---|---|---|"]
-        lines += [f"| {n} | {p[n]} | {r[n]} |" for n in ("train", "valid", "test")]
+    lines += _part_sizes(facts, "problems", "solutions")
     lines += ["", "In the tables below \"new personas of the train split\" read as held-out problems with the "
               "trained mistake kinds (`seen`), \"unseen-direction personas\" as the held-out mistake kinds "
               "(`unseen`). Best-of-N and the steering front (persona rewards) are not run."]
     return ["\n".join(lines)]
+
+
+def _part_sizes(facts: dict[str, Any] | None, prompts: str, responses: str) -> list[str]:
+    """The table of how many prompts and responses each part holds (none without the facts)."""
+    if not facts:
+        return []
+    p, r = facts["prompts"], facts["responses"]
+    return ["", f"| part | {prompts} | {responses} |", "|---|---|---|",
+            *(f"| {n} | {p[n]} | {r[n]} |" for n in ("train", "valid", "test"))]
 
 
 def data_section(config: ICRMRunConfig, facts: dict[str, Any] | None) -> list[str]:
@@ -422,10 +428,7 @@ def data_section(config: ICRMRunConfig, facts: dict[str, Any] | None) -> list[st
     lines = ["## Data", "", f"Episodes from **{d.source}** ({where}, split `{d.split}`), labels `{d.labels}`"
              + (f" (β = {d.beta:g})" if d.labels == "bt" else "") + "; prompts split by a seeded hash of their text, "
              f"{d.eval_fraction:g} of them held out of training (half validation, half test)."]
-    if facts:
-        p, r = facts["prompts"], facts["responses"]
-        lines += ["", "| part | prompts | responses |", "|---|---|---|"]
-        lines += [f"| {n} | {p[n]} | {r[n]} |" for n in ("train", "valid", "test")]
+    lines += _part_sizes(facts, "prompts", "responses")
     lines += ["", "Objectives (attribute weights). Trained on, and evaluated on held-out prompts as `valid` and "
               "`seen`: " + "; ".join(f"`{n}` {w}" for n, w in d.objectives.items()) + ". Held out, evaluated as "
               "`unseen`: " + "; ".join(f"`{n}` {w}" for n, w in d.unseen_objectives.items()) + ".", "",
