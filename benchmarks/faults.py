@@ -48,7 +48,8 @@ STEPS = 4
 CHECKPOINT_EVERY = 2
 # Smoke scale: 8 prompts × 4 samples a step (enough that rewards, and so the updates, are
 # rarely all zero, which would make any two runs look alike), 8 evaluation prompts every 2 steps.
-OVERRIDES = ["run.progress=false", f"run.steps={STEPS}", "run.eval_every=2", f"run.checkpoint_every={CHECKPOINT_EVERY}",
+# Each role in a process of its own, as on a cluster: a fused role is never restarted alone.
+OVERRIDES = ["run.progress=false", "run.fuse_roles=false", f"run.steps={STEPS}", "run.eval_every=2", f"run.checkpoint_every={CHECKPOINT_EVERY}",
              "eval.num_prompts=8", "grpo.prompts_per_step=8", "grpo.group_size=4"]
 GPU_NODE = {"num_cpus": 1, "num_gpus": 1, "object_store_memory": 128 * 1024**2}
 HEAD_NODE = {"num_cpus": 2, "object_store_memory": 256 * 1024**2}

@@ -27,7 +27,8 @@ from troupe.platform.errors import RemoteCallError
 from troupe.platform.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-SMOKE = ["run.progress=false", "eval.num_prompts=8", "grpo.prompts_per_step=4", "grpo.group_size=4",
+# Each role in a process of its own, as the fault benchmark runs them (fused roles are never restarted alone).
+SMOKE = ["run.progress=false", "run.fuse_roles=false", "eval.num_prompts=8", "grpo.prompts_per_step=4", "grpo.group_size=4",
          "rollout.sampling.max_new_tokens=24", "run.steps=4", "run.eval_every=2", "run.checkpoint_every=2"]
 # A call timeout long enough for any legitimate call on a busy 2-core machine, short enough for a test.
 CALL_TIMEOUT_S = 20

@@ -10,7 +10,8 @@ FAST = ["run.progress=false", "eval.num_prompts=16", "grpo.prompts_per_step=4",
 
 @pytest.mark.timeout(600)
 def test_rollout_engine_killed_mid_generate_is_restarted_and_its_work_reissued(ray_local, troupe_cache, tmp_path):
-    with Run("grpo", preset="smoke", overrides=[*FAST, "run.steps=3", "run.eval_every=0", "run.checkpoint_every=0"],
+    with Run("grpo", preset="smoke", overrides=[*FAST, "run.fuse_roles=false", "run.steps=3", "run.eval_every=0",
+                                                   "run.checkpoint_every=0"],
              out=tmp_path / "run") as run:
         run.step()  # the engines now hold weights version 1
         policy = run.algo.policy

@@ -37,6 +37,7 @@ from troupe.algorithms.rollout import PendingUpdate, Rollout
 from troupe.platform.checkpoint import atomic_write_json, load_state_dict, save_state_dict
 from troupe.platform.config import to_dict
 from troupe.platform.errors import ConfigError, RemoteCallError
+from troupe.platform.fused import is_fused
 from troupe.platform.placement import ActorGraph, Role
 from troupe.platform.registry import ROLLOUT_BACKENDS, TRANSPORTS
 
@@ -128,6 +129,8 @@ class PolicyGraph:
         rollout = Role(self.names["rollout"], engine_cls, count=rc.num_engines, num_cpus=rc.num_cpus,
                        num_gpus=rc.num_gpus, colocate=colocate, kwargs=self._rollout_kwargs(),
                        max_restarts=rc.max_restarts, ready_first=first)
+        if c.run.staleness:  # the engines generate while the learner updates: not in one process
+            learner.fusable = rollout.fusable = False
         roles = [rollout, learner] if first else [learner, rollout]
         if not self.shared_roles:
             return roles
@@ -214,6 +217,11 @@ class PolicyGraph:
                 if attempt == self.max_reissues:
                     raise RemoteCallError(f"rollout engine {i}: generate failed {attempt + 1} times; "
                                           f"last error: {e}") from e
+                if is_fused(engines[i]):
+                    raise RemoteCallError(
+                        f"rollout engine {i}: generate {'timed out' if isinstance(e, ray.exceptions.GetTimeoutError) else 'failed'}"
+                        f" ({e}); the engine shares one process with other roles and is not restarted on its own: "
+                        "set run.fuse_roles=false for per-role restarts, or raise run.call_timeout_s") from e
                 self.faults += 1
                 if isinstance(e, ray.exceptions.GetTimeoutError):
                     # A straggler is still busy with the call, and any call queues behind it.

@@ -146,7 +146,8 @@ class Run:
             self._init_ray(rc)
             self.graph = ActorGraph(self.algo.roles(), rc.placement_timeout_s, rc.call_timeout_s,
                                     node_types=rc.node_types, request_resources=rc.request_resources,
-                                    can_grow=False if self._local_cluster else None).start()
+                                    can_grow=False if self._local_cluster else None,
+                                    fuse=rc.fuse_roles).start()
             self.algo.setup(self.graph)
             if self.resume_dir is not None:
                 self._restore()

@@ -57,6 +57,9 @@ class Role:
     # engine sizes its KV cache from the GPU memory free when it starts, so it goes before a
     # learner that shares its GPU).
     ready_first: bool = False
+    # Whether this role may share a process with other roles (troupe.platform.fused) where the
+    # graph fuses them; a role that must overlap another's compute says False.
+    fusable: bool = True
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -65,6 +68,12 @@ class Role:
             raise ValueError(f"role {self.name!r}: num_cpus and num_gpus must be >= 0")
         if self.rank_kwargs is not None and len(self.rank_kwargs) != self.count:
             raise ValueError(f"role {self.name!r}: rank_kwargs needs one entry per rank ({self.count})")
+
+    def can_fuse(self) -> bool:
+        """One rank, no GPU, no concurrency, no ordering before others: nothing a process of
+        its own gives this role (restarts aside, which a fused role gives up)."""
+        return (self.fusable and self.count == 1 and self.num_gpus == 0 and not self.resources
+                and self.max_concurrency == 1 and not self.ready_first and self.colocate is None)
 
     def bundle_share(self) -> dict[str, float]:
         share = {"CPU": float(self.num_cpus), "GPU": float(self.num_gpus), **self.resources}
@@ -253,6 +262,9 @@ class ActorGraph:
             cluster's autoscaler status (`cluster_can_grow`) and waits when it cannot tell.
             ``node_types`` imply True.
         report_every_s: how often to log what is still pending while waiting.
+        fuse: host the roles that `Role.can_fuse` in one process (`troupe.platform.fused`):
+            True always, False never, None when the cluster is one node without GPUs that
+            cannot grow. Each role keeps its own placement group and bundle either way.
     """
 
     def __init__(
@@ -265,6 +277,7 @@ class ActorGraph:
         request_resources: bool = False,
         can_grow: bool | None = None,
         report_every_s: float = 15.0,
+        fuse: bool | None = False,
     ) -> None:
         names = [r.name for r in roles]
         if len(set(names)) != len(names):
@@ -276,6 +289,8 @@ class ActorGraph:
         self.request_resources = request_resources
         self.can_grow = can_grow
         self.report_every_s = report_every_s
+        self.fuse = fuse
+        self.hosts: list[Any] = []  # the processes of fused roles
         self.placement_groups: dict[str, Any] = {}
         self.groups: dict[str, ActorGroup] = {}
         self._requested = False
@@ -380,10 +395,58 @@ class ActorGraph:
                          deadline - now, "\n".join(lines), _fmt_resources(ray.available_resources()),
                          f"; {activity}" if activity else "")
 
+    def _fused_roles(self) -> list[Role]:
+        """The roles to host in one process (none, or at least two)."""
+        roles = [r for r in self.roles if r.can_fuse()]
+        if len(roles) < 2 or self.fuse is False:
+            return []
+        return roles if self.fuse or self._one_cpu_node() else []
+
+    def _one_cpu_node(self) -> bool:
+        import ray
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        # A cluster whose status does not say (none published yet) counts as one that cannot grow.
+        grows = self.can_grow if self.can_grow is not None else cluster_can_grow() is True
+        return (len(nodes) == 1 and not float(nodes[0].get("Resources", {}).get("GPU", 0))
+                and not self.node_types and not grows)
+
+    def _create_fused(self, roles: list[Role]) -> None:
+        """One `FusedHost` for ``roles``, in the first one's bundle (each role's bundle still
+        holds its share: the host does their work), and a `FusedHandle` per role."""
+        import uuid
+
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from troupe.platform.fused import FusedHandle, FusedHost
+
+        specs = []
+        for role in roles:
+            cls = role.actor_class
+            modified = getattr(getattr(cls, "__ray_metadata__", None), "modified_class", None)
+            specs.append((role.name, modified or cls, {**role.kwargs, **(role.rank_kwargs or [{}])[0]}))
+        cpus = sum(r.num_cpus for r in roles)
+        host = _as_remote(FusedHost).options(
+            num_cpus=0, max_restarts=0, max_task_retries=0,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self.placement_groups[roles[0].name], placement_group_bundle_index=0),
+            runtime_env={"env_vars": _thread_env(cpus)},
+        ).remote(specs)
+        self.hosts.append(host)
+        key = uuid.uuid4().hex
+        for role in roles:
+            self.groups[role.name] = ActorGroup(role, [FusedHandle(host, key, role.name)], self.call_timeout_s)
+        log.info("roles %s share one process", ", ".join(r.name for r in roles))
+
     def _create_actors(self) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        fused = self._fused_roles()
         for role in self.roles:
+            if any(role is r for r in fused):
+                if role is fused[0]:
+                    self._create_fused(fused)
+                continue
             pg = self.placement_groups[role.colocate or role.name]
             remote_cls = _as_remote(role.actor_class)
             handles = []
@@ -428,12 +491,15 @@ class ActorGraph:
             except Exception as e:  # teardown goes on; an autoscaler keeps the request until overridden
                 log.warning("could not clear the autoscaler resource request: %s", e)
             self._requested = False
-        for group in self.groups.values():
-            for h in group.handles:
-                try:
-                    ray.kill(h, no_restart=True)
-                except Exception:  # already dead: nothing to release
-                    pass
+        from troupe.platform.fused import is_fused
+
+        handles = [h for group in self.groups.values() for h in group.handles if not is_fused(h)]
+        for h in handles + self.hosts:
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:  # already dead: nothing to release
+                pass
+        self.hosts.clear()
         for pg in self.placement_groups.values():
             try:
                 remove_placement_group(pg)

@@ -15,11 +15,14 @@ user's own function works from the command line without registering it first.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
 from troupe.platform.errors import RegistryError
+
+_LOADING = threading.RLock()
 
 T = TypeVar("T")
 
@@ -53,9 +56,14 @@ class Registry(Generic[T]):
     def _ensure_loaded(self) -> None:
         if self._loaded:
             return
-        self._loaded = True
-        for ep in metadata.entry_points(group=self.group):
-            self._lazy.setdefault(ep.name, ep.value)
+        # Roles sharing one process (troupe.platform.fused) look names up from several threads:
+        # one reads the table only once it is whole.
+        with _LOADING:
+            if self._loaded:
+                return
+            for ep in metadata.entry_points(group=self.group):
+                self._lazy.setdefault(ep.name, ep.value)
+            self._loaded = True
 
     def get(self, name: str) -> T:
         self._ensure_loaded()
