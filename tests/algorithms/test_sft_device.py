@@ -42,3 +42,15 @@ def test_stop_loss_ends_the_fit_once_the_mean_of_the_last_20_losses_is_below_it(
     assert _key_fields(cfg)["sft"]["stop_loss"] == 1e6
     with pytest.raises(ValueError, match="model.sft.stop_loss"):
         SFTConfig(stop_loss=0.0)
+
+
+def test_prepare_reports_the_sft_steps_that_ran_when_stop_loss_ends_the_fit(tmp_path):
+    """`prepare.json` gets the steps the fit took, fitted or from the cache, not the cap."""
+    from troupe.algorithms.sft import prepare_policy
+
+    cfg = ModelConfig(cache_dir=str(tmp_path), sft=SFTConfig(steps=30, batch_size=4, stop_loss=1e6))
+    task = ArithmeticTask()
+    for expected in ("fitted", "cached"):
+        info: dict = {}
+        prepare_policy(cfg, task.sft_task(), {"task": "arithmetic"}, info)
+        assert (info["sft"], info["sft_steps"]) == (expected, 20)

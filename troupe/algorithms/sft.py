@@ -165,14 +165,16 @@ def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, An
     if (final / "sft.json").is_file():
         info["sft"] = "cached"
         log.info("policy: SFT checkpoint from the cache, %s", final)
-        return final
-    info["sft"] = "fitted"
+    else:
+        info["sft"] = "fitted"
 
-    def build(tmp: Path) -> None:
-        fitted = fit_sft(model_cfg, task, tmp)
-        atomic_write_json(tmp / "sft.json", {**fitted, "key": key_src})
+        def build(tmp: Path) -> None:
+            fitted = fit_sft(model_cfg, task, tmp)
+            atomic_write_json(tmp / "sft.json", {**fitted, "key": key_src})
 
-    build_directory(final, build)
+        build_directory(final, build)
+    # The steps that ran: model.sft.stop_loss may end the fit before the configured steps.
+    info["sft_steps"] = json.loads((final / "sft.json").read_text()).get("sft_steps", steps)
     return final
 
 
