@@ -3,7 +3,7 @@
 On one CPU node a role's actor costs more to start than most smoke-scale steps take: each
 process imports torch and transformers again (about 4 s of a 2-core machine's time per actor).
 `ActorGraph` can therefore host the roles that need nothing a process of their own gives (one
-rank, no GPU, no concurrency, no restarts) in one `FusedHost`, as colocated workers elsewhere
+rank, no GPU, no concurrency; `Role.can_fuse`) in one `FusedHost`, as colocated workers elsewhere
 share one process, and hand out `FusedHandle` proxies with the calls of an actor handle:
 ``handle.method.remote(*args, **kwargs)`` returns an ``ObjectRef``.
 
@@ -56,11 +56,6 @@ class FusedHandle:
 
     def __repr__(self) -> str:
         return f"FusedHandle({self._role!r} in {self._host!r})"
-
-    @property
-    def host(self) -> Any:
-        """The actor handle of the process this role lives in."""
-        return self._host
 
 
 class _FusedMethod:
