@@ -190,3 +190,26 @@ def test_explore_rollouts_mostly_follow_the_argmax_with_the_mixtures_logprobs(ti
     assert torch.allclose(lp.squeeze(-1)[m], batch["logprobs"][m], atol=1e-4)
     learner = Learner(tiny_model_dir, {"lr": 1e-2}, sampling=to_dict(sampling), max_len=6)
     assert torch.allclose(learner.logprobs(batch)[m], batch["logprobs"][m], atol=1e-4)
+
+
+# -- the engine's own random stream --------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_a_seeded_generate_draws_what_transformers_sampler_draws_whatever_else_uses_the_global_rng(tiny_model_dir):
+    engine = HFRolloutEngine(tiny_model_dir)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    first = engine.generate(PROMPTS * 2, sampling, seed=11)
+    torch.manual_seed(12345)
+    torch.rand(1000)  # another user of torch's global stream, between the two calls
+    again = engine.generate(PROMPTS * 2, sampling, seed=11)
+    assert torch.equal(first["completion_ids"], again["completion_ids"])
+    # the tokens are those `generate(do_sample=True)` draws after torch.manual_seed(11)
+    enc = {"input_ids": first["prompt_ids"], "attention_mask": first["prompt_mask"]}
+    torch.manual_seed(11)
+    ref = engine.model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6,
+                                pad_token_id=engine.tokenizer.pad_token_id, eos_token_id=engine.tokenizer.eos_token_id)
+    P = enc["input_ids"].shape[1]
+    m = first["completion_mask"].bool()
+    assert torch.equal(ref[:, P:][m], first["completion_ids"][m])
+    # unseeded calls continue the engine's stream instead of repeating it
+    assert not torch.equal(engine.generate(PROMPTS * 2, sampling)["completion_ids"],
+                           engine.generate(PROMPTS * 2, sampling)["completion_ids"])

@@ -42,6 +42,9 @@ def test_wrong_type_names_the_key():
         resolve(Outer, None, None, ["steps=abc"])
     with pytest.raises(ConfigError, match=r"'inner.flag'.*true or false"):
         resolve(Outer, None, None, ["inner.flag=3"])
+    # an optional key says null, as YAML and the command line spell None
+    with pytest.raises(ConfigError, match=r"'opt' = \[1\]: expected str or null$"):
+        resolve(Outer, None, None, ["opt=[1]"])
 
 
 def test_section_given_a_scalar_is_an_error():

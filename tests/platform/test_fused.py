@@ -71,12 +71,17 @@ def test_only_one_rank_cpu_only_unordered_roles_can_be_fused():
 @pytest.mark.timeout(180)
 def test_fused_roles_share_a_process_and_keep_each_callers_order(ray_local):
     ray = ray_local
-    roles = [Role("a", Box, num_cpus=0.1), Role("b", Box, num_cpus=0.1), Role("c", Box, num_cpus=0.1, count=2)]
+    roles = [Role("a", Box, num_cpus=0.1), Role("b", Box, num_cpus=0.2), Role("c", Box, num_cpus=0.1, count=2),
+             Role("d", Box, num_cpus=0.1), Role("e", Box, num_cpus=0.1, colocate="d")]
     graph = ActorGraph(roles, 60, 60, fuse=None).start()  # one node without GPUs: fused
     try:
         a, b = graph["a"][0], graph["b"][0]
         assert is_fused(a) and is_fused(b) and not is_fused(graph["c"][0])
+        assert not is_fused(graph["d"][0])  # another role shares its bundle
         assert len(graph.hosts) == 1
+        # the fused roles' one process holds one bundle with both shares, under the first's name
+        assert sorted(graph.placement_groups) == ["a", "c", "d"]
+        assert graph.placement_groups["a"].bundle_specs == [{"CPU": pytest.approx(0.3)}]
         assert graph["a"].call("pid") == graph["b"].call("pid")
         assert graph["c"].call("pid")[0] != graph["a"].call("pid")[0]
         # A call whose argument is still being computed is not overtaken by the next call.
@@ -114,5 +119,44 @@ def test_fuse_false_gives_each_role_its_process(ray_local):
     try:
         assert not graph.hosts and not is_fused(graph["a"][0])
         assert graph["a"].call("pid") != graph["b"].call("pid")
+    finally:
+        graph.shutdown()
+
+
+class Dice:
+    """Draws from torch's global random stream, as dropout does."""
+
+    uses_global_rng = True
+
+    def __init__(self, seed: int) -> None:
+        import torch
+
+        torch.manual_seed(seed)
+
+    def roll(self, n: int, pause: float = 0.0) -> list[float]:
+        import torch
+
+        out = [torch.rand(1).item()]
+        time.sleep(pause)  # another role's call would interleave its draws here
+        return out + torch.rand(n - 1).tolist()
+
+
+@pytest.mark.timeout(180)
+def test_fused_roles_that_use_the_global_rng_each_keep_their_own_stream(ray_local):
+    import torch
+
+    ray = ray_local
+    alone = {}
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        alone[seed] = [torch.rand(1).item() for _ in range(1)] + torch.rand(3).tolist()
+        alone[seed] += [torch.rand(1).item()] + torch.rand(3).tolist()
+    roles = [Role("a", Dice, num_cpus=0.1, kwargs={"seed": 1}), Role("b", Dice, num_cpus=0.1, kwargs={"seed": 2})]
+    graph = ActorGraph(roles, 60, 60, fuse=True).start()
+    try:
+        a, b = graph["a"][0], graph["b"][0]
+        refs = [a.roll.remote(4, 0.3), b.roll.remote(4, 0.0), a.roll.remote(4), b.roll.remote(4, 0.2)]
+        ra1, rb1, ra2, rb2 = ray.get(refs, timeout=60)
+        assert ra1 + ra2 == pytest.approx(alone[1]) and rb1 + rb2 == pytest.approx(alone[2])
     finally:
         graph.shutdown()

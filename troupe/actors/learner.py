@@ -118,6 +118,8 @@ class LearnerConfig:
 class Learner:
     """One rank of the policy learner."""
 
+    uses_global_rng = True  # dropout and its checkpointed torch state (a fused host keeps it per role)
+
     def __init__(self, model_path: str, config: dict[str, Any] | LearnerConfig, rank: int = 0,
                  world_size: int = 1, seed: int = 0, temperature: float = 1.0, max_len: int | None = None,
                  device: str = "cpu", chat_template: str | None = None,

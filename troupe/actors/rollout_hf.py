@@ -56,6 +56,10 @@ class HFRolloutEngine:
         self.never_sample = vision_token_ids(self.tokenizer) if self.video_layout is not None else []
         self.chat = chat
         self.seed = seed
+        # The engine's own random stream, not torch's global one: draws do not depend on what
+        # else runs in the process (fused roles, threads), and a seeded call draws the same
+        # tokens as ``torch.manual_seed(seed)`` before a sampling ``generate`` would.
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.version = 0
 
     @classmethod
@@ -124,11 +128,12 @@ class HFRolloutEngine:
             model_inputs.update(video_inputs(self.model.config, enc["input_ids"],
                                              **{k: v.to(self.device) for k, v in video.items()}))
         if seed is not None:
-            torch.manual_seed(seed)
+            self.generator.manual_seed(seed)
         greedy = sampling.temperature == 0
         gen_kwargs: dict[str, Any] = dict(
             max_new_tokens=sampling.max_new_tokens,
-            do_sample=not greedy,
+            # Sampling is the last logits processor (`DrawFrom`); `generate` takes its one token.
+            do_sample=False,
             return_dict_in_generate=True,
             output_logits=True,
             pad_token_id=tok.pad_token_id,
@@ -137,10 +142,13 @@ class HFRolloutEngine:
             # them): `SamplingProcessor` applies the whole sampling config.
             repetition_penalty=1.0,
         )
-        if not greedy:
-            gen_kwargs.update(temperature=1.0, top_p=1.0, top_k=0, min_p=None)
+        processors: list[Any] = []
         if not is_identity(sampling):
-            gen_kwargs.update(logits_processor=[SamplingProcessor(sampling, enc["input_ids"], enc["attention_mask"])])
+            processors.append(SamplingProcessor(sampling, enc["input_ids"], enc["attention_mask"]))
+        if not greedy:
+            processors.append(DrawFrom(self.generator))
+        if processors:
+            gen_kwargs.update(logits_processor=processors)
         if sampling.stop:
             gen_kwargs.update(stop_strings=list(sampling.stop), tokenizer=tok)
         if self.never_sample:
@@ -266,6 +274,20 @@ class SamplingProcessor:
             seen = self.in_prompt.scatter(1, input_ids[:, self.prompt_len:], True)
         # Never in place: `generate` keeps ``scores`` as the raw logits it returns.
         return process_logits(scores, self.sampling, seen)
+
+
+class DrawFrom:
+    """The last logits processor of a sampled ``generate``: one token drawn from the softmax of
+    the scores, as ``generate(do_sample=True)`` draws it, but from ``generator``; the scores
+    come back -inf everywhere else, so ``generate``'s argmax takes the drawn token."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(scores, dim=-1)
+        token = torch.multinomial(probs, num_samples=1, generator=self.generator)
+        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
 
 
 def option_logprobs(first_logits: torch.Tensor, letter_ids: list[list[int]]) -> torch.Tensor:

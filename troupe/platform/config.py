@@ -114,6 +114,8 @@ def check(ok: bool, key: str, value: Any, allowed: str) -> None:
 def _type_name(tp: Any) -> str:
     if get_origin(tp) is Literal:
         return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if tp is type(None):
+        return "null"  # as YAML and the command line spell None
     return getattr(tp, "__name__", str(tp))
 
 

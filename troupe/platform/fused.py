@@ -13,9 +13,13 @@ What a separate actor guarantees, a fused role keeps:
   calling process and role; the host runs them in that order);
 - top-level ``ObjectRef`` arguments arrive resolved, nested ones as refs;
 - different roles run concurrently (one thread each), so a role may call another and wait.
-What it gives up: the roles share one process (its torch threads and global random state),
-and they live and die together: a fused role is never restarted on its own, so fault
-tolerance per role needs ``run.fuse_roles=false``.
+- a role whose class sets ``uses_global_rng = True`` (it draws from torch's, numpy's or
+  Python's global random state, e.g. dropout in a learner) keeps a stream of its own: its calls
+  run one role at a time with its saved state swapped in, so its draws do not depend on how
+  the other roles' calls interleave, and a resumed run draws what an uninterrupted one did.
+What it gives up: the roles share one process (its torch threads), and they live and die
+together: a fused role is never restarted on its own, so fault tolerance per role needs
+``run.fuse_roles=false``.
 """
 
 from __future__ import annotations
@@ -85,15 +89,39 @@ def is_fused(handle: Any) -> bool:
     return isinstance(handle, FusedHandle)
 
 
+def _global_rng() -> tuple:
+    import random
+
+    import numpy as np
+    import torch
+
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _set_global_rng(state: tuple) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(state[0])
+    np.random.set_state(state[1])
+    random.setstate(state[2])
+
+
 class FusedHost:
     """The process of several roles. ``specs``: (role name, class, constructor kwargs) each,
     constructed in order."""
 
     def __init__(self, specs: list[tuple[str, type, dict[str, Any]]]) -> None:
         self._roles: dict[str, Any] = {}
+        self._rng: dict[str, tuple] = {}  # the saved global random state of each role that uses it
+        self._rng_lock = threading.Lock()
         for name, cls, kwargs in specs:
             try:
                 self._roles[name] = cls(**kwargs)
+                if getattr(cls, "uses_global_rng", False):
+                    self._rng[name] = _global_rng()  # as its constructor seeded it
             except Exception as e:
                 raise FusedRoleError(f"role {name!r} (fused with {', '.join(n for n, _, _ in specs)}): "
                                      f"{type(e).__name__}: {e}") from e
@@ -147,7 +175,18 @@ class FusedHost:
                 if inspect.iscoroutinefunction(fn):
                     result = await fn(*args, **kwargs)
                 else:
-                    result = await loop.run_in_executor(self._threads[role], functools.partial(fn, *args, **kwargs))
+                    call = functools.partial(fn, *args, **kwargs)
+                    if role in self._rng:
+                        call = functools.partial(self._own_rng, role, call)
+                    result = await loop.run_in_executor(self._threads[role], call)
                 done.set_result(result)
             except Exception as e:  # the caller's ray.get raises it, as from a separate actor
                 done.set_exception(e)
+
+    def _own_rng(self, role: str, call: functools.partial) -> Any:
+        with self._rng_lock:
+            _set_global_rng(self._rng[role])
+            try:
+                return call()
+            finally:
+                self._rng[role] = _global_rng()

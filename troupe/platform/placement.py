@@ -292,6 +292,7 @@ class ActorGraph:
         self.fuse = fuse
         self.hosts: list[Any] = []  # the processes of fused roles
         self.placement_groups: dict[str, Any] = {}
+        self._fused: list[Role] = []  # the roles hosted by one process, chosen when placing
         self.groups: dict[str, ActorGroup] = {}
         self._requested = False
 
@@ -317,6 +318,16 @@ class ActorGraph:
 
         plan = plan_bundles(self.roles)
         strategies = {(r.colocate or r.name): r.strategy for r in self.roles}
+        self._fused = self._fused_roles()
+        if self._fused:
+            # One process, so one bundle holding every fused role's share, on one node.
+            merged: dict[str, float] = {}
+            for role in self._fused:
+                strategies.pop(role.name)
+                for k, v in plan.pop(role.name)[0].items():
+                    merged[k] = merged.get(k, 0.0) + v
+            plan[self._fused[0].name] = [merged]
+            strategies[self._fused[0].name] = self._fused[0].strategy
         if self.node_types:
             self._check_feasible(plan, strategies)
         elif not self._may_grow():
@@ -397,7 +408,8 @@ class ActorGraph:
 
     def _fused_roles(self) -> list[Role]:
         """The roles to host in one process (none, or at least two)."""
-        roles = [r for r in self.roles if r.can_fuse()]
+        hosts_others = {r.colocate for r in self.roles if r.colocate}  # its bundle is shared: not fused
+        roles = [r for r in self.roles if r.can_fuse() and r.name not in hosts_others]
         if len(roles) < 2 or self.fuse is False:
             return []
         return roles if self.fuse or self._one_cpu_node() else []
@@ -412,8 +424,8 @@ class ActorGraph:
                 and not self.node_types and not grows)
 
     def _create_fused(self, roles: list[Role]) -> None:
-        """One `FusedHost` for ``roles``, in the first one's bundle (each role's bundle still
-        holds its share: the host does their work), and a `FusedHandle` per role."""
+        """One `FusedHost` for ``roles`` in their one bundle (placed under the first role's
+        name, holding every role's share: the host does their work), and a `FusedHandle` per role."""
         import uuid
 
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -430,7 +442,9 @@ class ActorGraph:
             num_cpus=0, max_restarts=0, max_task_retries=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=self.placement_groups[roles[0].name], placement_group_bundle_index=0),
-            runtime_env={"env_vars": _thread_env(cpus)},
+            # The roles' blocking ray.get runs in their own threads, not on the host's event
+            # loop, which Ray's once-per-process warning about it assumes.
+            runtime_env={"env_vars": {**_thread_env(cpus), "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
         ).remote(specs)
         self.hosts.append(host)
         key = uuid.uuid4().hex
@@ -441,7 +455,7 @@ class ActorGraph:
     def _create_actors(self) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        fused = self._fused_roles()
+        fused = self._fused
         for role in self.roles:
             if any(role is r for r in fused):
                 if role is fused[0]:

@@ -442,6 +442,8 @@ class _Fit:
 class ICRMLearner:
     """Fits its share of the variants (the ``"learner"`` role of `troupe run icrm`)."""
 
+    uses_global_rng = True  # dropout and its checkpointed torch state (a fused host keeps it per role)
+
     def __init__(self, cfg: ICRMRunConfig, variants: list[Variant], backbone_path: str,
                  data: Data | None = None) -> None:
         configure_threads()
