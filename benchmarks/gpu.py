@@ -9,6 +9,8 @@ What it runs, each a claim of ``benchmarks/results/gpu.json`` (``{claim, measure
   recomputed log-probs and the scorer's match the engine's, a GRPO update (PPO-clip) changes
   the policy, and a LoRA adapter published by the learner (packed as the object store carries
   it) and loaded by the engine makes the engine's log-probs the learner's;
+- distillation: the distillation learner's reverse-KL step on a teacher's top-k log-probs and its
+  hard-target step, their [B, C, V] targets built on the device;
 - the tiny Qwen2.5-VL-style model on a few-frame video: generate, then the learner's log-probs;
 - a 0.5B-parameter Qwen2-style model built from a config: generation tokens/s and the
   learner's step time.
@@ -29,6 +31,7 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ if str(ROOT) not in sys.path:  # troupe from this copy of the repository: it nee
 
 # troupe's own entries by import path: without an install there are no entry points to name them by.
 LOSS = {"loss": "troupe.actors.losses:ppo_clip", "aggregation": "troupe.actors.losses:grpo_weights"}
+DISTILL = {"rkl": "troupe.algorithms.opd.losses:reverse_kl",
+           "hard": "troupe.algorithms.opd.losses:hard_target_ce"}
 PROMPTS = ["12+34=", "5+7=", "99+1=", "40+2=", "3+3=", "70+8=", "1+19=", "64+36="]
 # Largest |engine - learner| log-prob gap allowed: same weights, same kernels, same processing,
 # but the engine's KV-cached decode and the learner's full forward round differently in bf16.
@@ -84,6 +89,10 @@ class Check:
             fn()
         except Exception as e:  # one broken section must not hide the others' results
             self.claim(f"{name} runs to the end", f"{type(e).__name__}: {e}"[:300], False)
+            # Where it broke, in the log and in gpu.json: a GPU run is too scarce to repeat for a traceback.
+            trace = traceback.format_exc()
+            print(trace, file=sys.stderr, flush=True)
+            self.figures.setdefault("tracebacks", {})[name] = trace.splitlines()[-12:]
         self.figures.setdefault("section_s", {})[name] = round(time.perf_counter() - t, 2)
 
 
@@ -181,6 +190,36 @@ def lm_checks(check: Check, root: Path, device: str, dtype: str) -> None:
                 f"learner's, max gap <= {TOL[dtype]}", gap, gap <= TOL[dtype] and base_gap > gap)
 
 
+def distill_checks(check: Check, root: Path, device: str, dtype: str) -> None:
+    """On-policy distillation's learner: a teacher's top-k log-probs (the scorer's, as the OPD
+    graph sends them) and a teacher's tokens, each turned into [B, C, V] targets on the
+    student's device, and a step of the reverse KL and of the hard-target loss."""
+    import torch
+
+    from troupe.actors.distill_learner import DistillLearner
+    from troupe.actors.models import TinyLMSpec
+    from troupe.actors.rollout_hf import HFRolloutEngine
+    from troupe.actors.sampling import SamplingConfig
+    from troupe.actors.scorer import Scorer
+
+    path, _ = build_lm(root / "student", TinyLMSpec(hidden_size=64, num_heads=2, num_kv_heads=1,
+                                                    intermediate_size=128), dtype)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=6)
+    batch = HFRolloutEngine(path, dtype=dtype, device=device).generate(PROMPTS, sampling, seed=3)
+    teacher = Scorer(path, dtype=dtype, device=device).logprobs(batch, sampling, top_k=8)
+    student = DistillLearner(path, {"lr": 1e-3, "dtype": dtype, "micro_batch_size": 64, **LOSS},
+                             sampling=sampling, max_len=sampling.max_new_tokens, device=device)
+    topk = batch.with_fields(targets_topk_ids=teacher["topk_ids"],
+                             targets_topk_logprobs=teacher["topk_logprobs"])
+    first = student.distill(topk, DISTILL["rkl"])
+    second = student.distill(topk, DISTILL["rkl"])
+    hard = student.distill(batch.with_fields(target_ids=batch["completion_ids"]), DISTILL["hard"])
+    losses = [first["loss/distill"], second["loss/distill"], hard["loss/distill"]]
+    ok = all(torch.isfinite(torch.tensor(losses))) and second["loss/distill"] < first["loss/distill"]
+    check.claim("distillation steps (reverse KL to a teacher's top-8 log-probs, then hard targets) run on "
+                f"{device}; the reverse KL falls", ", ".join(f"{v:.4f}" for v in losses), ok)
+
+
 def vl_checks(check: Check, root: Path, device: str, dtype: str) -> None:
     """The tiny Qwen2.5-VL-style model on CUDA: a few-frame video in, a completion and log-probs out."""
     import numpy as np
@@ -234,6 +273,17 @@ def scale_checks(check: Check, root: Path, device: str, dtype: str) -> None:
                 f"(batch {len(prompts)}, {sampling.max_new_tokens} new tokens)", rate, rate >= floor["tokens_per_s"])
 
     pol = learner(path, device, dtype, sampling, lr=1e-5, micro_batch_size=len(prompts))
+    # How far the engine's log-probs (KV-cached decode) are from a learner's recompute at this
+    # size, in the engine's dtype and in float32 from the same weights: what
+    # learner.recompute_old_logprobs removes from the PPO ratio. Figures, not claims.
+    mask = batch["completion_mask"]
+    fp32 = learner(path, device, "float32", sampling, micro_batch_size=len(prompts))
+    gaps = {"bf16_learner": pol.logprobs(batch), "fp32_learner": fp32.logprobs(batch)}
+    del fp32
+    check.figures["scale_logprob_gap"] = {
+        k: {"max": round(max_gap(v, batch["logprobs"], mask), 5),
+            "mean": round(float((v - batch["logprobs"]).abs()[mask.bool()].mean()), 5)}
+        for k, v in gaps.items()}
     advantages = torch.linspace(-1, 1, len(batch))
     pol.update(batch, {"advantages": advantages})  # warm-up
     synchronize(device)
@@ -265,6 +315,7 @@ def run(device: str, out: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="troupe-gpu-check-") as tmp:
         root = Path(tmp)
         check.section("tiny LM", lambda: lm_checks(check, root, device, dtype))
+        check.section("distillation", lambda: distill_checks(check, root, device, dtype))
         check.section("tiny VL", lambda: vl_checks(check, root, device, dtype))
         check.section("0.5B scale", lambda: scale_checks(check, root, device, dtype))
     check.claim("ran without importing Ray or vLLM", ",".join(sorted(

@@ -46,7 +46,7 @@ def targets_from_topk(ids: torch.Tensor, logprobs: torch.Tensor, vocab: int) -> 
 
 def one_hot_logprobs(ids: torch.Tensor, vocab: int) -> torch.Tensor:
     """log of a point mass on ``ids`` ``[...]``: 0 there, -inf elsewhere ``[..., V]``."""
-    out = torch.full((*ids.shape, vocab), float("-inf"))
+    out = torch.full((*ids.shape, vocab), float("-inf"), device=ids.device)
     return out.scatter_(-1, ids.unsqueeze(-1).clamp(0, vocab - 1), 0.0)
 
 
@@ -62,7 +62,7 @@ class DistillLearner(Learner):
         fn = DISTILL_LOSSES.get(loss)
         if "targets" not in batch and "targets_topk_ids" not in batch:
             batch.require("target_ids", who="DistillLearner.distill (a teacher's distributions or tokens)")
-            if loss != "hard":
+            if not getattr(fn, "mode_only", False):  # 'hard' and any loss that reads the teacher's mode alone
                 raise ConfigError(f"the distillation loss {loss!r} needs the teacher's distributions (logit access); "
                                   "with tokens alone (sample access, or SFT on trajectories) use 'hard'")
         mask = batch["completion_mask"]
@@ -80,11 +80,12 @@ class DistillLearner(Learner):
                 student = fwd["distribution"]
                 if "targets" in mb:
                     target = mb["targets"].to(self.device).float()
-                elif "targets_topk_ids" in mb:
-                    target = targets_from_topk(mb["targets_topk_ids"], mb["targets_topk_logprobs"].float(),
-                                               student.shape[-1]).to(self.device)
+                elif "targets_topk_ids" in mb:  # the [B, C, V] targets built where the student's are
+                    target = targets_from_topk(mb["targets_topk_ids"].to(self.device),
+                                               mb["targets_topk_logprobs"].to(self.device).float(),
+                                               student.shape[-1])
                 else:
-                    target = one_hot_logprobs(mb["target_ids"], student.shape[-1]).to(self.device)
+                    target = one_hot_logprobs(mb["target_ids"].to(self.device), student.shape[-1])
                 per_pos = fn(student, target, **kwargs)
                 m = mb["completion_mask"].to(self.device).float()
                 # Normalised by the whole batch's tokens: the micro-batches' gradients add up to one.

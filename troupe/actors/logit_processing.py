@@ -49,7 +49,8 @@ def epsilon_greedy(logits: torch.Tensor, explore: float) -> torch.Tensor:
         return logp
     top = logits.argmax(-1, keepdim=True)
     mixed = logp + torch.log(torch.as_tensor(explore, dtype=logp.dtype, device=logp.device))
-    at_top = torch.logaddexp(mixed.gather(-1, top), torch.log1p(torch.as_tensor(-explore, dtype=logp.dtype)))
+    log_rest = torch.log1p(torch.as_tensor(-explore, dtype=logp.dtype, device=logp.device))
+    at_top = torch.logaddexp(mixed.gather(-1, top), log_rest)
     return mixed.scatter(-1, top, at_top)
 
 

@@ -305,16 +305,18 @@ def completion_mask(completion: torch.Tensor, eos_id: int | None, pad_id: int | 
     """1 for generated tokens up to and including the first EOS; 0 for the padding after a
     sequence finished (by EOS or a stop string)."""
     B, C = completion.shape
-    idx = torch.arange(C).expand(B, C)
+    dev = completion.device  # the engine's: every tensor here lives where generate left the ids
+    idx = torch.arange(C, device=dev).expand(B, C)
     mask = torch.ones_like(completion, dtype=torch.long)
     if eos_id is not None:
         is_eos = completion == eos_id
-        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full((B,), C))
+        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full((B,), C, device=dev))
         mask &= (idx <= first.unsqueeze(1)).long()
     if pad_id is not None and pad_id != eos_id:
         # Trailing pads follow a stop-string finish; a pad sampled mid-text is kept.
         not_pad = (completion != pad_id).long()
-        last_real = torch.where(not_pad.any(1), C - 1 - not_pad.flip(1).argmax(1), torch.full((B,), -1))
+        last_real = torch.where(not_pad.any(1), C - 1 - not_pad.flip(1).argmax(1),
+                                torch.full((B,), -1, device=dev))
         mask &= (idx <= last_real.unsqueeze(1)).long()
     return mask
 

@@ -91,8 +91,9 @@ class Batch:
         else:
             rows = list(index)
         idx = torch.as_tensor(rows, dtype=torch.long)
+        on = {idx.device: idx}  # the index on each device the tensors live on (a batch on a GPU)
         return Batch(
-            {k: v.index_select(0, idx) for k, v in self.tensors.items()},
+            {k: v.index_select(0, on.setdefault(v.device, idx.to(v.device))) for k, v in self.tensors.items()},
             {k: [v[i] for i in rows] for k, v in self.objects.items()},
             self.meta,
         )

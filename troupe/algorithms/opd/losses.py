@@ -56,6 +56,11 @@ def hard_target_ce(student_logits: torch.Tensor, teacher_logprobs: torch.Tensor)
     return -torch.log_softmax(student_logits, -1).gather(-1, target).squeeze(-1)
 
 
+# It reads the teacher's mode alone, so a point mass on a teacher's tokens is target enough: the
+# distillation learner takes ``target_ids`` for a loss so marked, by whatever name it is given.
+hard_target_ce.mode_only = True  # type: ignore[attr-defined]
+
+
 def ne_loss(name: str, student_logits: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
     """The distillation loss ``name`` at every position: a registered one (``hard``, ``tl``,
     ``rkl``, ``jsd``; entry-point group ``troupe.distill_losses``) or a ``"module:function"``."""
