@@ -101,10 +101,12 @@ def test_a_tiny_lm_learns_the_temporal_evidence_from_cue_free_frames(tmp_path):
     order noise: held-out accuracy of the greedy letter is at least 0.8, so the order is
     learnable from the frames and a policy that leans on the cue has something better.
 
-    Measured: at chance on a plateau (mean loss 0.35), then all at once: after 400-800 steps the
-    mean loss falls below 0.002 within 100 steps; 1200 steps reach 0.98. The fit stops once the
-    loss is below 0.01 (`model.sft.stop_loss`), with 1200 steps as the cap. Direction of motion
-    is not learnt this way within 600 steps (0.48), so it is left out."""
+    Measured: at chance on a plateau (mean loss 0.35), then all at once. At lr 1e-3 the mean loss
+    falls below 0.01 after 268-357 steps in each of seeds 0-4; at 3e-3 (the SFT default) it learnt
+    after 400-800 steps on one machine and stayed on the plateau for all 1200 steps, in every
+    seed, on another, so the test uses 1e-3. The fit stops once the loss is below 0.01
+    (`model.sft.stop_loss`), with 1200 steps as the cap. Direction of motion is not learnt this
+    way within 600 steps (0.48), so it is left out."""
     import torch
 
     from troupe.actors.models import load_causal_lm
@@ -112,7 +114,7 @@ def test_a_tiny_lm_learns_the_temporal_evidence_from_cue_free_frames(tmp_path):
     from troupe.algorithms.sft import ModelConfig, SFTConfig, fit_sft
 
     task = bpo_task(cue_strength=0.5, order_noise=0.0, qtypes=["temporal_order"])
-    cfg = ModelConfig(sft=SFTConfig(steps=1200, batch_size=32, lr=3e-3, stop_loss=0.01))
+    cfg = ModelConfig(sft=SFTConfig(steps=1200, batch_size=32, lr=1e-3, stop_loss=0.01))
     info = fit_sft(cfg, task, tmp_path)
     assert info["sft_steps"] < 1200 and info["final_loss"] < 0.01, info
     model, tok = load_causal_lm(str(tmp_path))
