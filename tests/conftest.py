@@ -20,6 +20,8 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+pytest_plugins = ["fault_fixtures"]  # tests/fault_fixtures.py: the fault tests' shared uninterrupted run
+
 TESTS = Path(__file__).resolve().parent
 UNMARKED_RAY_INIT = "this test starts Ray: use the ray_local fixture so it is marked 'ray'"
 

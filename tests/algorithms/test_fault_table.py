@@ -10,7 +10,6 @@ tests/cluster/test_node_loss.py.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fault_fixtures
 import pytest
 
 from troupe import Run
@@ -27,36 +27,27 @@ from troupe.platform.errors import RemoteCallError
 from troupe.platform.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-# Each role in a process of its own, as the fault benchmark runs them (fused roles are never restarted alone).
-SMOKE = ["run.progress=false", "run.fuse_roles=false", "eval.num_prompts=8", "grpo.prompts_per_step=4", "grpo.group_size=4",
-         "rollout.sampling.max_new_tokens=24", "run.steps=4", "run.eval_every=2", "run.checkpoint_every=2"]
 # A call timeout long enough for any legitimate call on a busy 2-core machine, short enough for a test.
 CALL_TIMEOUT_S = 20
 # Where the hanging reward finds its cue: the reward actor's environment is the session cluster's,
 # set before this module runs, so the cue is a file at a fixed place.
 REWARD_HANG_FLAG = Path(tempfile.gettempdir()) / f"troupe-fault-table-{os.getuid()}-reward-hang"
 
-
-def _faults_benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location("faults_benchmark", ROOT / "benchmarks" / "faults.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # The injections are the fault benchmark's own, so the table's tests and its figures inject alike.
-FAULTS = _faults_benchmark()
+FAULTS = fault_fixtures.faults_benchmark()
 comparable_rows, before_step = FAULTS.comparable_rows, FAULTS.before_step
 
 
+# The session's uninterrupted run's config: each role in a process of its own (a fused role is never
+# restarted alone).
+SMOKE = [*FAULTS.OVERRIDES, *fault_fixtures.SMOKE]
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(ray_local, troupe_cache, tmp_path_factory) -> list[dict[str, Any]]:
-    """The rows of a GRPO smoke run from start to end: what every faulted run must reproduce."""
-    out = tmp_path_factory.mktemp("fault-table") / "uninterrupted"
-    with Run("grpo", preset="smoke", overrides=SMOKE, out=out) as run:
-        summary = run.run()
-    assert summary["faults"] == 0
-    return comparable_rows(out)
+def uninterrupted(fault_reference) -> list[dict[str, Any]]:
+    """The rows of the session's uninterrupted GRPO run: what every faulted run must reproduce."""
+    assert fault_reference.overrides == SMOKE
+    return fault_reference.rows
 
 
 # -- a rollout engine killed with its generate call in flight ---------------------------------------
@@ -166,8 +157,11 @@ def test_driver_sigkilled_inside_a_step_then_while_resuming_gives_metrics_identi
     ray_tmp = Path(tempfile.mkdtemp(prefix="trp-", dir="/tmp"))  # short: Unix socket paths are limited
     env = _driver_env(ray_tmp)
     try:
-        # run.num_cpus: the session cluster's size, so that the graph fits as it does there
-        _sigkill_when_paused(["run", "grpo", "--preset", "smoke", "--out", str(run_dir), *SMOKE, "run.num_cpus=4"],
+        # run.num_cpus: the session cluster's size, so that the graph fits as it does there. What is
+        # killed is the driver, so the roles share one process (fused, the default on one node):
+        # each of the three runs starts one actor process instead of three, with the same metrics.
+        fused = [o for o in SMOKE if o != "run.fuse_roles=false"]
+        _sigkill_when_paused(["run", "grpo", "--preset", "smoke", "--out", str(run_dir), *fused, "run.num_cpus=4"],
                              "step:3", env, tmp_path, "killed-in-step")
         before_kill = comparable_rows(run_dir)
         assert (ckpts / "latest").read_text().strip() == "step-00000002"

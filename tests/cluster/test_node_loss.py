@@ -22,36 +22,27 @@ import sys
 from pathlib import Path
 
 import pytest
+from fault_fixtures import SMOKE
 
 FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults.py"
-# Smoke scale, on top of the scenarios' own overrides (4 steps, a checkpoint every 2).
-SMALL = ["grpo.prompts_per_step=4", "rollout.sampling.max_new_tokens=24", "run.num_cpus=2"]
 CALL_TIMEOUT_S = 20
 
 
-def run_scenario(name: str, work: Path, *args: str) -> dict:
+def run_scenario(name: str, work: Path, reference, *args: str) -> dict:
+    """The scenario in a process of its own at the reference run's smoke size, compared with it."""
     out = work / f"{name}.json"
     done = subprocess.run([sys.executable, str(FAULTS), "--scenario", name, "--json", str(out), "--work", str(work),
-                           "--timeout-s", "500", *args, *SMALL], capture_output=True, text=True, timeout=560)
+                           "--timeout-s", "500", "--reference", str(reference.path), *args, *SMOKE, "run.num_cpus=2"],
+                          capture_output=True, text=True, timeout=560)
     assert done.returncode == 0 and out.is_file(), done.stdout[-3000:] + done.stderr[-5000:]
     return json.loads(out.read_text())
 
 
-@pytest.fixture(scope="module")
-def uninterrupted_rows(tmp_path_factory, troupe_cache) -> Path:
-    """The comparable rows of an uninterrupted run of the same config, on a one-node cluster."""
-    work = tmp_path_factory.mktemp("node-loss-reference")
-    rows = work / "rows.json"
-    row = run_scenario("reference", work, "--save-rows", str(rows))
-    assert row["steps"] == 4 and row["faults_counted"] == 0
-    return rows
-
-
 @pytest.mark.cluster
-@pytest.mark.timeout(1200)  # with the module's uninterrupted run (and the SFT) first
+@pytest.mark.timeout(1200)  # with the session's uninterrupted run (and the SFT) first, if no test made it yet
 def test_run_continues_on_the_node_left_with_identical_metrics_when_the_rollout_engines_node_is_removed(
-        tmp_path: Path, uninterrupted_rows: Path):
-    row = run_scenario("node_lost", tmp_path, "--reference", str(uninterrupted_rows))
+        tmp_path: Path, fault_reference):
+    row = run_scenario("node_lost", tmp_path, fault_reference)
     assert row["survived"] == "continued" and row["steps"] == 4 and row["error"] is None
     assert row["faults_counted"] == 1  # the re-issued rollout, in summary.json and report.md
     assert row["matches_uninterrupted_run"], row.get("first_difference")
@@ -62,9 +53,8 @@ def test_run_continues_on_the_node_left_with_identical_metrics_when_the_rollout_
 @pytest.mark.cluster
 @pytest.mark.timeout(900)
 def test_losing_the_only_gpu_node_stops_the_run_naming_the_engine_and_resume_gives_identical_metrics(
-        tmp_path: Path, uninterrupted_rows: Path):
-    row = run_scenario("node_lost_no_spare", tmp_path, "--reference", str(uninterrupted_rows),
-                       "--call-timeout-s", str(CALL_TIMEOUT_S))
+        tmp_path: Path, fault_reference):
+    row = run_scenario("node_lost_no_spare", tmp_path, fault_reference, "--call-timeout-s", str(CALL_TIMEOUT_S))
     assert row["error"].startswith("RemoteCallError: rollout engine 0 did not come back within"), row["error"]
     assert row["resumed_from_step"] == 2 and row["survived"] == "resumed" and row["steps"] == 4
     assert row["matches_uninterrupted_run"], row.get("first_difference")
