@@ -53,9 +53,9 @@ def test_a_clean_program_teacher_writes_the_answer_and_puts_all_mass_on_it(stude
 
 def test_a_noisy_program_teacher_fails_as_often_as_its_closed_form(student):
     eps = 0.2
-    teacher = NoisyTeacher("program", student, {"eps": eps, "kernel": "step"}, seed=3)
+    teacher = NoisyTeacher("program", student, {"eps": eps, "kernel": "step"})
     r = rows(600, seed=4)
-    traj = teacher.trajectories(r, 1.0, 8)
+    traj = teacher.trajectories(r, 1.0, 8, seed=3)
     success = np.mean([chain_exact(t, x["steps"]) for t, x in zip(traj["completion"], r, strict=True)])
     # four steps a chain, each wrong w.p. ε; the end token is no step
     assert success == pytest.approx((1 - eps) ** 4, abs=0.06)
@@ -64,7 +64,7 @@ def test_a_noisy_program_teacher_fails_as_often_as_its_closed_form(student):
 
 def test_the_teacher_scores_the_students_own_tokens_and_votes(student):
     batch = rollout(student)
-    teacher = NoisyTeacher("program", student, {"eps": 0.3}, seed=0)
+    teacher = NoisyTeacher("program", student, {"eps": 0.3})
     scored = teacher.distributions(batch)
     t = scored["targets"]
     assert t.shape == (*batch["completion_ids"].shape, teacher.vocab)
@@ -73,6 +73,20 @@ def test_the_teacher_scores_the_students_own_tokens_and_votes(student):
     assert torch.allclose(scored["teacher_logprobs"], picked)
     votes = teacher.votes(batch, 41)["target_ids"]
     assert torch.equal(votes, t.argmax(-1))  # 41 draws at ε = 0.3: the mode, every time here
+
+
+def test_an_arms_teacher_draws_depend_on_its_seed_alone_not_on_other_arms_calls(student):
+    """Each call's draws come from its own seed (the driver's (run seed, step, arm)): an arm's noisy
+    trajectories are the same whether or not another arm asked the teacher first, so arms run
+    apart compare with arms run together, and a resumed run draws the same."""
+    r = rows(64, seed=5)
+    alone = NoisyTeacher("program", student, {"eps": 0.5, "kernel": "step"})
+    shared = NoisyTeacher("program", student, {"eps": 0.5, "kernel": "step"})
+    shared.trajectories(rows(64, seed=6), 1.0, 8, key="other", seed=11)
+    shared.votes(rollout(student), 5, key="other", seed=12)
+    first = alone.trajectories(r, 1.0, 8, key="bc", seed=7)["completion"]
+    assert shared.trajectories(r, 1.0, 8, key="bc", seed=7)["completion"] == first
+    assert alone.trajectories(r, 1.0, 8, key="bc", seed=8)["completion"] != first  # the seed does draw
 
 
 def test_an_lm_teacher_shares_the_scoring_path_and_must_share_the_vocabulary(student, tmp_path):

@@ -22,12 +22,19 @@ def _evals(run_dir):
 def test_smoke_run_trains_every_arm_and_resumes_exactly(ray_local, troupe_cache, tmp_path, resume_from_checkpoint):
     full = tmp_path / "full"
     # the NE-OPD arm rolls in ε-greedy: exploring, seeded, and resumed exactly like the rest
-    with Run("opd", preset="smoke", overrides=[*FAST, "opd.explore=0.1"], out=full) as r:
+    with Run("opd", preset="smoke", overrides=[*FAST, "opd.explore=0.1", "opd.offline_updates_per_step=3"],
+             out=full) as r:
+        lr, warmup = r.config.learner.lr, r.config.learner.warmup_steps
         r.run()
     for name in ("report.md", "summary.json", "eval.json", "config.yaml", "metrics.jsonl",
                  "plots/success_vs_h_greedy.png", "plots/success_vs_h_t1.png"):
         assert (full / name).is_file(), name
     rows = _evals(full)
+    # The offline arm takes opd.offline_updates_per_step (3) updates a step, the others
+    # opd.updates_per_step (2): in the warm-up, step 0's last update is its third against their second.
+    first = next(r for r in rows if "bc_h4/lr" in r)
+    assert first["bc_h4/lr"] == pytest.approx(lr * 2 / warmup)
+    assert first["ne_opd_vote_h4/lr"] == pytest.approx(lr * 1 / warmup)
     last = [r for r in rows if "bc_h4/loss/distill" in r][-1]
     # the budget: 3 steps × 4 roll-ins × (4 digits + the end token) for the online arms, as many
     # tokens of trajectories for BC; the vote arm pays its m = 5 draws at every position it scores
@@ -107,7 +114,7 @@ def test_gpu_preset_runs_on_cpu_with_tiny_models_of_its_family(ray_local, troupe
            "model.dtype=float32", "teacher.device=cpu", "teacher.dtype=float32", "teacher.num_gpus=0",
            "rollout.backend=hf", "rollout.num_gpus=0", "learner.num_gpus=0", "learner.autocast=none",
            "learner.recompute_old_logprobs=false", "rollout.num_cpus=0.1", "learner.num_cpus=0.1",
-           "opd.prompts_per_step=4", "opd.updates_per_step=1", "opd.batch_size=8", "opd.horizons=[8]",
+           "opd.prompts_per_step=4", "opd.updates_per_step=1", "opd.offline_updates_per_step=1", "opd.batch_size=8", "opd.horizons=[8]",
            "eval.num_prompts=4", "eval.bootstrap=20", "run.steps=2", "run.eval_every=2", "run.checkpoint_every=2",
            "run.num_cpus=4", *FAST]
     out = tmp_path / "run"
@@ -132,7 +139,8 @@ def test_every_preset_resolves_and_the_default_compares_three_families(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "qwen2"}')  # stands in for the hub teacher: no network
     for name in names:
         cfg = resolve(OPDConfig, OPD.presets_dir(), name, [f"teacher.path={tmp_path}"] if name == "gpu" else [])
-        assert cfg.learner.total_steps == cfg.run.steps * cfg.opd.updates_per_step
+        assert cfg.arm_learner("ne_opd_hard").total_steps == cfg.run.steps * cfg.opd.updates_per_step
+        assert cfg.arm_learner("bc").total_steps == cfg.run.steps * cfg.opd.offline_updates_per_step
     assert set(resolve(OPDConfig, OPD.presets_dir(), "baselines", []).opd.methods) == set(METHODS)
     default = resolve(OPDConfig, OPD.presets_dir(), None, [])
     kinds = {METHODS[m].data for m in default.opd.methods}

@@ -5,7 +5,8 @@ They share the noisy teacher (`NoisyTeacher`) and the aggregation buffer (`Disti
 One step of each arm, by its method's data (`config.METHODS`):
 
 - ``offline`` (BC, clean-teacher BC, sequence KD): at step 0 the teacher writes the arm's
-  whole budget of trajectories into the buffer; every step fits ``updates_per_step`` draws;
+  whole budget of trajectories into the buffer; every step fits ``offline_updates_per_step``
+  draws (more than the others take: its data is paid for, so it is fitted toward convergence);
 - ``online`` (GKD, sampled reverse KL): the student samples (T=1) a fresh batch of chains,
   the teacher scores every position, the learner fits that batch;
 - ``dagger`` (NE-OPD): the student rolls in greedily, the teacher's targets at every visited
@@ -80,9 +81,10 @@ class OPD(Algorithm):
             self.teacher_path = teacher["model_path"]
             facts["teacher"] = teacher
         # run.staleness > 0: an arm rolls in no further ahead than its teacher budget lasts.
-        self.policies = {arm: PolicyGraph(c, facts["model_path"], prefix=f"{arm}_", shared_roles=False,
-                                          learner_cls=DistillLearner, num_steps=c.query_steps(h))
-                         for arm, _, h in self.arms}
+        self.policies = {arm: PolicyGraph(dataclasses.replace(c, learner=c.arm_learner(method)), facts["model_path"],
+                                          prefix=f"{arm}_", shared_roles=False, learner_cls=DistillLearner,
+                                          num_steps=c.query_steps(h))
+                         for arm, method, h in self.arms}
         vocab = self.check_teacher(facts["model_path"])
         self.m_votes = {h: self.votes(h, vocab) for h in c.opd.horizons}
         facts["votes"] = {str(h): m for h, m in self.m_votes.items()}
@@ -119,7 +121,7 @@ class OPD(Algorithm):
         t = c.teacher
         path = next(iter(self.policies.values())).model_path
         roles = [Role("teacher", NoisyTeacher, num_cpus=t.num_cpus, num_gpus=t.num_gpus, max_restarts=t.max_restarts,
-                      kwargs={"expert": self.teacher_path, "student_path": path, "noise": to_dict(t.noise), "seed": c.run.seed,
+                      kwargs={"expert": self.teacher_path, "student_path": path, "noise": to_dict(t.noise),
                               "device": t.device, "dtype": t.dtype, "top_k": t.top_k}),
                  Role("buffer", DistillBuffer, num_cpus=0.1, kwargs={"capacity": c.opd.buffer_capacity})]
         return roles + [role for p in self.policies.values() for role in p.roles()]
@@ -169,18 +171,22 @@ class OPD(Algorithm):
             if m.data == "offline" and step == 0:
                 rows = self.tasks[h].train_rows(c.trajectories(h), np.random.default_rng(step_seed(c.run.seed, 0, f"rows/{arm}")))
                 temperature = c.opd.kd_temperature if m.roll == "kd" else 1.0
-                traj = teacher.trajectories.remote(rows, temperature, self.max_tokens(h), arm, m.roll == "clean")
+                traj = teacher.trajectories.remote(rows, temperature, self.max_tokens(h), arm, m.roll == "clean",
+                                                   step_seed(c.run.seed, 0, f"teacher/{arm}"))
                 buffer.add.remote(arm, traj)
             if m.data == "online" and arm not in rollouts:
                 continue  # its budget is spent: nothing new to fit
             if arm in rollouts:
                 batches = rollouts[arm].batches()
-                scored = (teacher.votes.remote(batches, self.m_votes[h], arm) if m.access == "votes"
-                          else teacher.distributions.remote(batches, arm))
+                if m.access == "votes":
+                    draw = step_seed(c.run.seed, step, f"teacher/{arm}")
+                    scored = teacher.votes.remote(batches, self.m_votes[h], arm, draw)
+                else:
+                    scored = teacher.distributions.remote(batches, arm)
                 if m.data == "dagger":
                     buffer.add.remote(arm, scored, m.loss == "hard")
             refs = []
-            for u in range(c.opd.updates_per_step):
+            for u in range(c.updates_per_step(method)):
                 if m.data == "online":
                     data = scored
                 else:
@@ -226,7 +232,8 @@ class OPD(Algorithm):
                     [r["prompt"] for r in rows], rows, self._sampling(temperature, h),
                     step_seed(c.run.seed, step, f"eval/{arm}/{mode}"), score=False)
         teacher = self.graph["teacher"][0]
-        own = {h: teacher.trajectories.remote(self.eval_rows[h], 1.0, self.max_tokens(h), "eval")
+        own = {h: teacher.trajectories.remote(self.eval_rows[h], 1.0, self.max_tokens(h), "eval",
+                                              seed=step_seed(c.run.seed, step, f"teacher/eval/{h}"))
                for h in c.opd.horizons}
         clean = {h: teacher.trajectories.remote(self.eval_rows[h], 0.0, self.max_tokens(h), "eval", True)
                  for h in c.opd.horizons}

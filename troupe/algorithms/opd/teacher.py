@@ -47,11 +47,15 @@ def check_same_vocabulary(student: Any, teacher: Any, student_path: str, teacher
 class NoisyTeacher:
     """The noisy expert as an actor; ``expert`` is a model path or ``"program"``."""
 
-    def __init__(self, expert: str, student_path: str, noise: dict[str, Any] | NoiseConfig, seed: int = 0,
+    def __init__(self, expert: str, student_path: str, noise: dict[str, Any] | NoiseConfig,
                  device: str = "cpu", micro_batch_size: int = 64, dtype: str = "float32", top_k: int = 0) -> None:
         """``top_k`` > 0 sends the ``top_k`` most likely tokens of π̃ at each position (ids and
         log-probs) instead of the whole distribution: a 150k-token vocabulary's distributions
-        are too large to move, and the learner rebuilds them (`targets_from_topk`)."""
+        are too large to move, and the learner rebuilds them (`targets_from_topk`).
+
+        Every draw (a trajectory's tokens, a vote) comes from a generator seeded by its call's
+        ``seed``: an arm's teacher noise is a function of (run seed, step, arm) alone, the same
+        whichever other arms share the teacher and in whatever order they call it."""
         configure_threads()
         self.noise = noise if isinstance(noise, NoiseConfig) else NoiseConfig(**noise)
         self.tokenizer = load_tokenizer(student_path)
@@ -73,7 +77,6 @@ class NoisyTeacher:
         self.digit_ids = answer_ids(self.tokenizer, [str(d) for d in range(10)]) if self.model is None else []
         self.digit_of = {i: d for d, i in enumerate(self.digit_ids)}
         self.micro_batch_size = micro_batch_size
-        self.generator = torch.Generator().manual_seed(seed)
         self.tokens_used: dict[str, int] = {}
 
     # -- the clean expert -----------------------------------------------------------------
@@ -146,21 +149,23 @@ class NoisyTeacher:
         return batch.with_fields(targets=noisy.float(), teacher_logprobs=sampled)
 
     @torch.no_grad()
-    def votes(self, batch: Batch | list[Any], votes: int, key: str = "") -> Batch:
+    def votes(self, batch: Batch | list[Any], votes: int, key: str = "", seed: int = 0) -> Batch:
         """Sample access: ``batch`` with ``target_ids`` ``[B, C]``, the majority of ``votes``
-        draws from π̃ at every position."""
+        draws from π̃ at every position (drawn by a generator seeded with ``seed``)."""
         batch = as_batch(batch)
         noisy = noisy_logprobs(self.clean_logprobs(batch), self.noise, self.answer)
         self._count(key, batch["completion_mask"].sum() * votes)
-        return batch.with_fields(target_ids=majority_targets(noisy, votes, self.generator))
+        return batch.with_fields(target_ids=majority_targets(noisy, votes, torch.Generator().manual_seed(seed)))
 
     @torch.no_grad()
     def trajectories(self, rows: list[dict], temperature: float, max_new_tokens: int, key: str = "",
-                     clean: bool = False) -> Batch:
-        """One answer per row sampled from π̃ (π* with ``clean``) at ``temperature`` (0: greedy),
-        as a Batch in the rollout engines' layout, so a learner trains on it as on a rollout;
-        its ``target_ids`` are the answer itself (BC: cross-entropy on the teacher's tokens)."""
+                     clean: bool = False, seed: int = 0) -> Batch:
+        """One answer per row sampled from π̃ (π* with ``clean``) at ``temperature`` (0: greedy)
+        by a generator seeded with ``seed``, as a Batch in the rollout engines' layout, so a
+        learner trains on it as on a rollout; its ``target_ids`` are the answer itself (BC:
+        cross-entropy on the teacher's tokens)."""
         tok = self.tokenizer
+        generator = torch.Generator().manual_seed(seed)
         prompts = [r["prompt"] for r in rows]
         enc = tok(chat_format(tok, prompts, True, rows), return_tensors="pt", padding=True, add_special_tokens=False)
         ids, mask = enc["input_ids"], enc["attention_mask"]
@@ -174,7 +179,7 @@ class NoisyTeacher:
                 nxt = lp.argmax(-1)
             else:
                 probs = torch.softmax(lp.double() / temperature, -1)
-                nxt = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
             nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
             ids = torch.cat([ids, nxt.unsqueeze(1)], 1)
             mask = torch.cat([mask, (~done).long().unsqueeze(1)], 1)
@@ -195,10 +200,9 @@ class NoisyTeacher:
         return dict(self.tokens_used)
 
     def get_state(self) -> dict[str, Any]:
-        """Tokens used and the sampling generator's state: a resumed run draws what this one would."""
-        return {"tokens_used": dict(self.tokens_used), "generator": self.generator.get_state().tolist()}
+        """Tokens used (the draws are seeded by each call: a resumed run draws what this one would)."""
+        return {"tokens_used": dict(self.tokens_used)}
 
     def set_state(self, state: dict[str, Any]) -> bool:
         self.tokens_used = {k: int(v) for k, v in state["tokens_used"].items()}
-        self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
         return True
