@@ -347,12 +347,15 @@ def node_lost_no_spare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from troupe.platform.errors import RemoteCallError
 
     timeout = args.call_timeout_s
+    # The placement timeout bounds the wait for a lost node too; the cluster is up, so the run's
+    # own placement needs only a moment of it.
+    placement = args.placement_timeout_s or timeout
     error, started = None, [0.0]
     with multi_node_cluster(gpu_nodes=1) as cluster:
         address = f"run.address={cluster.address}"
         # A restarted engine waits placement + call timeout for its node to come back.
         with grpo(work / "run", address, "rollout.num_gpus=1", f"run.call_timeout_s={timeout}",
-                  f"run.placement_timeout_s={timeout}", *args.overrides) as run:
+                  f"run.placement_timeout_s={placement}", *args.overrides) as run:
             def lose_node() -> None:
                 cluster.remove_node(node_of_role(run, "rollout", cluster))
                 started[0] = time.monotonic()
@@ -367,8 +370,8 @@ def node_lost_no_spare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         with grpo(work / "run", address, "run.call_timeout_s=600", resume=True) as run:
             resumed_from = run.step_index
             run.run()
-    return row("node_lost_no_spare", f"the only GPU node removed before step 2 (call and placement timeouts "
-               f"{timeout:.0f} s), a node added back after the error", "resumed", work / "run", error=error,
+    return row("node_lost_no_spare", f"the only GPU node removed before step 2 (call timeout {timeout:.0f} s, "
+               f"placement timeout {placement:.0f} s), a node added back after the error", "resumed", work / "run", error=error,
                reference=args.reference,
                error_after_s=round(error_s, 1), resumed_from_step=resumed_from)
 
@@ -583,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference", type=Path, help="metrics rows of an uninterrupted run to compare with")
     p.add_argument("--save-rows", help="(reference) write its comparable rows here")
     p.add_argument("--call-timeout-s", type=float, default=60.0, help="run.call_timeout_s where a straggler is cut off")
+    p.add_argument("--placement-timeout-s", type=float, default=None,
+                   help="run.placement_timeout_s where a lost node is waited for (default: the call timeout)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="a scenario's deadline")
     p.add_argument("overrides", nargs="*", help="extra config overrides for every run")
     args = p.parse_args(argv)

@@ -19,9 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.cluster
 @pytest.mark.timeout(480)
-def test_grpo_smoke_runs_as_a_ray_job_with_authentication(local_cluster: LocalCluster, tmp_path: Path):
+def test_grpo_smoke_runs_as_a_ray_job_with_authentication(local_cluster: LocalCluster, tmp_path: Path, troupe_cache):
     run_dir = tmp_path / "shared" / "run"
-    runtime_env = {"env_vars": {"TROUPE_CACHE": str(tmp_path / "cache")}}
+    # The session's SFT cache: the job's SFT checkpoint is the GRPO smoke tests' (fitted here if it is not there).
+    runtime_env = {"env_vars": {"TROUPE_CACHE": str(troupe_cache)}}
     cmd = [ray_executable(), "job", "submit", "--address", local_cluster.address, "--working-dir", ".",
            "--runtime-env-json", json.dumps(runtime_env), "--",
            "troupe", "run", "grpo", "--preset", "smoke", "--out", f"file://{run_dir}", "run.progress=false"]

@@ -54,7 +54,9 @@ def test_run_continues_on_the_node_left_with_identical_metrics_when_the_rollout_
 @pytest.mark.timeout(900)
 def test_losing_the_only_gpu_node_stops_the_run_naming_the_engine_and_resume_gives_identical_metrics(
         tmp_path: Path, fault_reference):
-    row = run_scenario("node_lost_no_spare", tmp_path, fault_reference, "--call-timeout-s", str(CALL_TIMEOUT_S))
+    # The engine's restart waits placement + call timeout for a node: 25 s, not the benchmark's 120.
+    row = run_scenario("node_lost_no_spare", tmp_path, fault_reference, "--call-timeout-s", str(CALL_TIMEOUT_S),
+                       "--placement-timeout-s", "5")
     assert row["error"].startswith("RemoteCallError: rollout engine 0 did not come back within"), row["error"]
     assert row["resumed_from_step"] == 2 and row["survived"] == "resumed" and row["steps"] == 4
     assert row["matches_uninterrupted_run"], row.get("first_difference")
