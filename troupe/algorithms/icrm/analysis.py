@@ -80,7 +80,7 @@ def claims(tab: dict[str, Any], predictions: dict[str, Any], truth: dict[str, An
     rise = seen[str(hi)]["accuracy"] - seen[str(lo)]["accuracy"]
     curve = [round(seen[str(k)]["accuracy"], 3) for k in ks]
     out.append({"claim": f"ICRM's pairwise accuracy rises with k (seen-split personas, k = {lo} to {hi})",
-                "measured": f"{curve} at k = {ks}; +{rise:.3f}", "holds": bool(rise > 0.02)})
+                "measured": f"{curve} at k = {ks}; {rise:+.3f}", "holds": bool(rise > 0.02)})
     if "static_0" in tab:
         st = tab["static_0"]["seen"]
         flat = st[str(hi)]["accuracy"] - st[str(lo)]["accuracy"]
