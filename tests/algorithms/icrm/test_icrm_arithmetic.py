@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from troupe import Run
-from troupe.algorithms.icrm.algorithm import ICRMAlgorithm
+from troupe.algorithms.icrm.algorithm import ICRMAlgorithm, backbone_key
 from troupe.algorithms.icrm.analysis import arithmetic_rl_claims
 from troupe.algorithms.icrm.config import ARITHMETIC_RL_STEPS, SPLITS, ICRMRunConfig
 from troupe.algorithms.icrm.learner import (
@@ -141,3 +141,14 @@ def test_a_smoke_run_fits_on_solution_pairs_and_trains_every_rl_arm(ray_local, t
     assert len(rl_claims) == 2 and all(isinstance(c["holds"], bool) for c in rl_claims)
     report = (out / "report.md").read_text()
     assert "Verifiable arithmetic" in report and "## ICRM-RL" in report and "rule verifier" in report
+
+
+def test_the_arithmetic_backbone_is_cached_apart_from_the_personas_one_at_the_same_seed():
+    # Both sources at one seed once had one cache key, so a personas run loaded the backbone
+    # pretrained on arithmetic solutions (or the reverse), whichever ran first.
+    personas = from_dict(ICRMRunConfig, {})
+    arithmetic = from_dict(ICRMRunConfig, {"data": {"source": "arithmetic"}})
+    keys = {c.data.source: backbone_key(c, task_data(c), []) for c in (personas, arithmetic)}
+    assert keys["arithmetic"] != keys["personas"] and keys["arithmetic"]["source"] == "arithmetic"
+    # the personas' key is what it was, so their cached backbones still serve
+    assert "source" not in keys["personas"] and "corpus_sha256" not in keys["personas"]

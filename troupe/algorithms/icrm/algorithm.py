@@ -100,6 +100,20 @@ def deal(vs: list[Variant], workers: int) -> list[list[Variant]]:
     return shares
 
 
+def backbone_key(cfg: ICRMRunConfig, data: Data, texts: list[str]) -> dict[str, Any]:
+    """What the embedded backbone's cache is keyed by: everything that shapes its corpus ``texts``."""
+    key = to_dict(cfg.data)
+    if isinstance(data, DatasetData):  # a file's contents, not only its name, shape the backbone
+        key["corpus_sha256"] = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
+        return key
+    # The dataset keys do not shape the personas' corpus (backbones cached before them still
+    # serve), but the source does: arithmetic and personas at one seed once shared a backbone.
+    key = {k: v for k, v in key.items() if k not in DATASET_KEYS}
+    if isinstance(data, ArithmeticData):
+        key["source"] = ARITHMETIC
+    return key
+
+
 class ICRMAlgorithm(Algorithm):
     Config = ICRMRunConfig
     summary_line = "ICRM: a reward model steered by in-context demos vs static, point, ensemble and judge baselines"
@@ -138,12 +152,7 @@ class ICRMAlgorithm(Algorithm):
             model_config_or_error(c.backbone.path, "backbone.path", "a causal LM (a hub id or a local directory)")
         self.data = task_data(c)
         texts = corpus(c, self.data)
-        key = to_dict(c.data)
-        if isinstance(self.data, DatasetData):  # a file's contents, not only its name, shape the backbone
-            key["corpus_sha256"] = hashlib.sha256(json.dumps(texts).encode()).hexdigest()
-        else:  # the dataset keys do not shape the personas' corpus: backbones cached before them still serve
-            key = {k: v for k, v in key.items() if k not in DATASET_KEYS}
-        self.backbone_path, backbone = prepare_backbone(c.backbone, texts, key)
+        self.backbone_path, backbone = prepare_backbone(c.backbone, texts, backbone_key(c, self.data, texts))
         facts: dict[str, Any] = {"backbone": backbone, "backbone_path": self.backbone_path,
                                  "models": [v.name for v in self.variants],
                                  "learners": [[v.name for v in share] for share in self.shares]}
