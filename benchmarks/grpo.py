@@ -60,16 +60,18 @@ REPEATS = {"150k": 40, "4M": 5}  # timed rounds per size: more where a round is 
 LIMIT_GOAL = 1.10
 OUTSIDE_GOAL = 0.10
 ASYNC_GOAL = 0.75  # the async step against the sequential limit and against TRL's step
-RAY_CPUS = 12  # logical: the four runs of the whole-machine pass hold 10.4 CPUs of bundles
+RAY_CPUS = 20  # logical: the six runs of the whole-machine pass hold 16.1 CPUs of bundles
+NICE = 19  # the niced async layouts' engine priority: the lowest
 LR = 5e-4  # troupe's learner default, used by every arm
 
 
 def troupe_overrides(model_path: str | None, out: str, seed: int = 0, steps: int = 10_000,
-                     processes: int = 1, staleness: int = 0, ranks: int | None = None) -> list[str]:
+                     processes: int = 1, staleness: int = 0, ranks: int | None = None, niceness: int = 0) -> list[str]:
     """A GRPO run of 8 prompts × 8 on ``model_path`` (None: the default SFT model and sampling),
-    with ``processes`` rollout engines and ``ranks`` (default: as many) learner ranks of one
-    thread each, generating ``staleness`` steps ahead of the update."""
+    with ``processes`` rollout engines at OS priority ``niceness`` and ``ranks`` (default: as
+    many) learner ranks of one thread each, generating ``staleness`` steps ahead of the update."""
     o = [f"run.out={out}", f"run.seed={seed}", f"run.steps={steps}", f"run.staleness={staleness}",
+         f"rollout.niceness={niceness}",
          "run.eval_every=0", "run.checkpoint_every=0",
          "run.progress=false", f"grpo.prompts_per_step={common.PROMPTS_PER_STEP}",
          f"grpo.group_size={common.GROUP_SIZE}", f"learner.lr={LR}",
@@ -171,12 +173,16 @@ def step_timer(between: Any) -> Any:
     return StepTimer()
 
 
-def troupe_layouts(processes: int) -> dict[str, tuple[int, int, int]]:
-    """The troupe arms of a pass: name → (engines, learner ranks, staleness)."""
-    layouts = {"troupe": (processes, processes, 0), "troupe_async": (processes, processes, 1)}
+def troupe_layouts(processes: int) -> dict[str, tuple[int, int, int, int]]:
+    """The troupe arms of a pass: name → (engines, learner ranks, staleness, engine niceness)."""
+    layouts = {"troupe": (processes, processes, 0, 0), "troupe_async": (processes, processes, 1, 0)}
     if processes > 1:
-        layouts["troupe_async_split"] = (1, 1, 1)  # one core generates while the other updates
-        layouts["troupe_async_ranks"] = (1, processes, 1)  # one engine beside every learner rank
+        layouts["troupe_async_split"] = (1, 1, 1, 0)  # one core generates while the other updates
+        layouts["troupe_async_ranks"] = (1, processes, 1, 0)  # one engine beside every learner rank
+        # The same two with engines at the lowest OS priority: generation ahead takes the
+        # cycles the DDP ranks leave idle instead of slowing the update (the critical path).
+        layouts["troupe_async_nice"] = (processes, processes, 1, NICE)
+        layouts["troupe_async_ranks_nice"] = (1, processes, 1, NICE)
     return layouts
 
 
@@ -223,8 +229,8 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, pr
     limit_s: list[float] = []
     with contextlib.ExitStack() as stack:
         runs = {name: stack.enter_context(Run("grpo", overrides=troupe_overrides(
-                    model.path, f"{tmp}/runs-{processes}-{name}", processes=e, ranks=n, staleness=k)))
-                for name, (e, n, k) in layouts.items()}
+                    model.path, f"{tmp}/runs-{processes}-{name}", processes=e, ranks=n, staleness=k, niceness=z)))
+                for name, (e, n, k, z) in layouts.items()}
         rounds = iter(range(10**6))
 
         def troupe_arm(name: str) -> Any:
@@ -265,7 +271,7 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, pr
                     for x, w in zip(m, wall["troupe"][keep], strict=True)]
     s = {name: common.stats(w[keep]) for name, w in wall.items()}
     s["limit"], s["trl"] = common.stats(limit_s[keep]), common.stats(timer.seconds[keep])
-    async_arms = [name for name, (_, _, k) in layouts.items() if k > 0]
+    async_arms = [name for name, (_, _, k, _) in layouts.items() if k > 0]
     asy = async_figures(s, parts, async_arms, processes, one_thread_work_s)
     vs_limit = common.ratio(s["troupe"], s["limit"])
     vs_trl = common.ratio(s["troupe"], s["trl"])
@@ -273,7 +279,8 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, pr
     return {
         "parameters": model.parameters,
         "threads": {"driver_limit_trl": threads, "rollout_engines": engine_threads, "learner_ranks": processes},
-        "layouts": {name: {"engines": e, "learner_ranks": n, "staleness": k} for name, (e, n, k) in layouts.items()},
+        "layouts": {name: {"engines": e, "learner_ranks": n, "staleness": k, "engine_niceness": z}
+                    for name, (e, n, k, z) in layouts.items()},
         "seconds_per_step": s,
         "troupe_step_parts": parts,
         "async_step_parts": {name: {k: common.stats([x[f"time/{k}"] for x in metrics[name][keep]])

@@ -10,6 +10,7 @@ model also takes each row's ``"frames"`` (see `troupe.actors.vision`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -252,7 +253,8 @@ class HFRolloutEngine:
 
     def info(self) -> dict[str, Any]:
         return {"backend": "hf", "device": self.device, "version": self.version, "vision": self.video_layout is not None,
-                "threads": torch.get_num_threads(), **dataclasses.asdict(SamplingConfig())}
+                "threads": torch.get_num_threads(), "niceness": os.getpriority(os.PRIO_PROCESS, 0),
+                **dataclasses.asdict(SamplingConfig())}
 
 
 class SamplingProcessor:

@@ -128,7 +128,7 @@ class PolicyGraph:
         first = colocate is not None and getattr(engine_cls, "starts_before_colocated", False)
         rollout = Role(self.names["rollout"], engine_cls, count=rc.num_engines, num_cpus=rc.num_cpus,
                        num_gpus=rc.num_gpus, colocate=colocate, kwargs=self._rollout_kwargs(),
-                       max_restarts=rc.max_restarts, ready_first=first)
+                       max_restarts=rc.max_restarts, ready_first=first, niceness=rc.niceness)
         if c.run.staleness:  # the engines generate while the learner updates: not in one process
             learner.fusable = rollout.fusable = False
         roles = [rollout, learner] if first else [learner, rollout]

@@ -60,12 +60,17 @@ class Role:
     # Whether this role may share a process with other roles (troupe.platform.fused) where the
     # graph fuses them; a role that must overlap another's compute says False.
     fusable: bool = True
+    # The OS priority (nice, 0-19) this role's processes run at. Above 0 a role takes only the
+    # cycles the others leave: rollout engines generating ahead (``rollout.niceness``).
+    niceness: int = 0
 
     def __post_init__(self) -> None:
         if self.count < 1:
             raise ValueError(f"role {self.name!r}: count must be >= 1, got {self.count}")
         if self.num_cpus < 0 or self.num_gpus < 0:
             raise ValueError(f"role {self.name!r}: num_cpus and num_gpus must be >= 0")
+        if not 0 <= self.niceness <= 19:
+            raise ValueError(f"role {self.name!r}: niceness must be in 0..19, got {self.niceness}")
         if self.rank_kwargs is not None and len(self.rank_kwargs) != self.count:
             raise ValueError(f"role {self.name!r}: rank_kwargs needs one entry per rank ({self.count})")
 
@@ -444,7 +449,8 @@ class ActorGraph:
                 placement_group=self.placement_groups[roles[0].name], placement_group_bundle_index=0),
             # The roles' blocking ray.get runs in their own threads, not on the host's event
             # loop, which Ray's once-per-process warning about it assumes.
-            runtime_env={"env_vars": {**_thread_env(cpus), "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
+            runtime_env={"env_vars": {**_thread_env(cpus, min(r.niceness for r in roles)),
+                                      "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
         ).remote(specs)
         self.hosts.append(host)
         key = uuid.uuid4().hex
@@ -478,7 +484,7 @@ class ActorGraph:
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=pg, placement_group_bundle_index=i
                     ),
-                    runtime_env={"env_vars": _thread_env(role.num_cpus)},
+                    runtime_env={"env_vars": _thread_env(role.num_cpus, role.niceness)},
                 )
                 handles.append(remote_cls.options(**opts).remote(**kwargs))
             self.groups[role.name] = ActorGroup(role, handles, self.call_timeout_s)
@@ -577,12 +583,13 @@ def _request_resources(bundles: list[dict[str, float]]) -> None:
 ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
-def _thread_env(num_cpus: float) -> dict[str, str]:
+def _thread_env(num_cpus: float, niceness: int = 0) -> dict[str, str]:
     n = str(torch_threads_for(num_cpus))
     # Ray starts workers at nice 15; a role's actors are the run's compute, so they run at normal
-    # priority (as Ray does for a job's driver), or any other busy process on the node starves them.
+    # priority (as Ray does for a job's driver), or any other busy process on the node starves
+    # them; a role that asks for a lower priority (`Role.niceness`) gets it.
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "TROUPE_TORCH_THREADS": n, "TOKENIZERS_PARALLELISM": "false",
-            "RAY_worker_niceness": "0", **{k: os.environ.get(k, v) for k, v in ALLOCATOR_ENV.items()}}
+            "RAY_worker_niceness": str(niceness), **{k: os.environ.get(k, v) for k, v in ALLOCATOR_ENV.items()}}
 
 
 def _as_remote(cls: type) -> Any:

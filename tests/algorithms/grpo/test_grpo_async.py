@@ -146,6 +146,13 @@ def test_staleness_must_be_a_non_negative_integer(value):
     assert "integer" in str(e.value)
 
 
+@pytest.mark.parametrize("value", ["-1", "20", "2.5"])
+def test_engine_niceness_must_be_an_os_priority(value):
+    with pytest.raises(ConfigError, match="rollout.niceness") as e:
+        resolve_config("grpo", overrides=[f"rollout.niceness={value}"])
+    assert "integer" in str(e.value)
+
+
 @pytest.mark.parametrize("algorithm", ["bandit", "ivdesign", "icrm"])
 def test_an_algorithm_that_does_not_generate_ahead_refuses_staleness_before_it_starts(algorithm, tmp_path):
     from troupe import Run
@@ -208,7 +215,9 @@ def test_one_step_off_run_records_staleness_one_after_the_first_step(uninterrupt
 @pytest.mark.timeout(600)
 def test_async_run_killed_after_a_checkpoint_resumes_to_the_same_metrics(uninterrupted, tmp_path):
     part = tmp_path / "part"
-    with Run("grpo", preset="smoke", overrides=ASYNC, out=part) as r:
+    # Engines at a lower OS priority (rollout.niceness) change when they run, never what they draw.
+    with Run("grpo", preset="smoke", overrides=[*ASYNC, "rollout.niceness=5"], out=part) as r:
+        assert [i["niceness"] for i in r.graph["rollout"].call("info")] == [5]
         r.evaluate()  # as `run` does first
         for _ in range(3):  # the checkpoint at 2 holds step 2's rollout, generated during step 1
             r.step()

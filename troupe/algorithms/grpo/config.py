@@ -30,9 +30,15 @@ class RolloutConfig:
     weight_transport: str = registered("object_store", TRANSPORTS)
     sampling: SamplingConfig = dataclasses.field(default_factory=lambda: SamplingConfig(max_new_tokens=8))
     max_restarts: int = 2
+    # The engines' OS priority (nice, 0-19). With run.staleness >= 1 on shared cores, a positive
+    # value lets generation ahead take the cycles the learner leaves idle instead of slowing the
+    # update, which is the step's critical path (benchmarks/grpo.py measures both).
+    niceness: int = 0
 
     def __post_init__(self) -> None:
         check(self.num_engines >= 1, "rollout.num_engines", self.num_engines, "an integer >= 1")
+        check(isinstance(self.niceness, int) and not isinstance(self.niceness, bool) and 0 <= self.niceness <= 19,
+              "rollout.niceness", self.niceness, "an integer in 0..19 (0: normal priority; 19: the lowest)")
 
     def validate(self) -> None:
         """The weight transport's own checks (run in the driver by `check_registered`)."""
