@@ -2,12 +2,14 @@
 and keeps τ and the loss, r(y_a; C) never sees y_b, the demos are a set (order and padding do not
 matter), k = 0 ignores demo contents; and the context limits as clear errors."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from troupe.algorithms.icrm import posterior
-from troupe.algorithms.icrm.model import ICRM, ICRMConfig, ICRMHeads, episode_batch, swap_query
+from troupe.algorithms.icrm.model import ICRM, ICRMConfig, ICRMHeads, demo_direction, episode_batch, swap_query
 from troupe.envs.preferences.personas import PersonaConfig, sample_feature_episodes, sample_personas
 from troupe.platform.errors import ConfigError
 
@@ -15,10 +17,16 @@ CFG = ICRMConfig(d_model=32, layers=2, heads=4, kl_weight=0.3)
 PERSONAS = PersonaConfig(max_demos=6)
 
 
-@pytest.fixture(scope="module")
-def model():
+@pytest.fixture(scope="module", params=[False, True], ids=["encoder", "bilinear"])
+def model(request):
+    # Every invariance holds with the bilinear reading of the demos too (icrm.bilinear), set
+    # away from its zero start so that it counts.
     torch.manual_seed(0)
-    return ICRM(CFG).eval()
+    m = ICRM(dataclasses.replace(CFG, bilinear=request.param)).eval()
+    if request.param:
+        with torch.no_grad():
+            m.read.copy_(0.1 * torch.randn_like(m.read))
+    return m
 
 
 def episodes(n=64, k=(0, 6), seed=0):
@@ -121,3 +129,25 @@ def test_features_of_another_size_are_a_clear_error():
 def test_bad_model_settings_name_their_key(key, value):
     with pytest.raises(ConfigError, match=rf"icrm.{key}="):
         ICRMConfig(**{key: value})
+
+
+def test_the_demo_direction_is_the_summed_chosen_minus_rejected_over_k_plus_one():
+    chosen = torch.tensor([[[1.0, 2.0], [3.0, 0.0], [9.0, 9.0]]])
+    rejected = torch.tensor([[[0.0, 1.0], [1.0, 1.0], [-9.0, 9.0]]])
+    mask = torch.tensor([[True, True, False]])  # the third slot is padding
+    assert demo_direction(chosen, rejected, mask).tolist() == [[1.0, 0.0]]  # ((1, 1) + (2, -1)) / 3
+    assert demo_direction(chosen, rejected, torch.zeros(1, 3, dtype=torch.bool)).tolist() == [[0.0, 0.0]]
+
+
+@torch.no_grad()
+def test_the_bilinear_reading_starts_at_zero_and_then_adds_e_read_phi_to_each_reward():
+    torch.manual_seed(0)
+    plain = ICRM(CFG).eval()
+    torch.manual_seed(0)
+    bilinear = ICRM(dataclasses.replace(CFG, bilinear=True)).eval()
+    batch = episode_batch(episodes(k=4), CFG)
+    assert torch.equal(bilinear(batch)["r_a"], plain(batch)["r_a"])  # same weights, the term is 0
+    bilinear.read.copy_(torch.eye(CFG.feature_dim))
+    e = demo_direction(batch["demo_chosen"], batch["demo_rejected"], batch["demo_mask"])
+    want = plain(batch)["r_a"] + (e * batch["query_a"]).sum(-1)
+    assert torch.allclose(bilinear(batch)["r_a"], want, atol=1e-5)

@@ -46,6 +46,10 @@ class ICRMConfig:
     b0: float = 1.0
     kl_weight: float = 1.0  # λ (§C.2; 1 is the exact ELBO)
     episode_elbo: bool = False  # ASM: §C.2's alternative reading, demo labels as draws of the query's p
+    # ASM: add to r(y; C) the bilinear term (Σ_j φ(y⁺_j) − φ(y⁻_j)) / (k + 1) · A φ(y), the
+    # one-step reading of a BT persona from its demos (§C.5: r = e_Cᵀφ(y)), beside the encoder's
+    # own reading. On a frozen text backbone the encoder alone learns to read demos slowly.
+    bilinear: bool = False
 
     def __post_init__(self) -> None:
         for name in ("feature_dim", "d_model", "layers", "heads", "mlp_ratio"):
@@ -71,8 +75,10 @@ class ICRMHeads(nn.Module):
         self.confidence = nn.Sequential(nn.Linear(2 * d_model, d_model), nn.GELU(), nn.Linear(d_model, 1))
         self.tau_min = tau_min
 
-    def forward(self, z_a: Tensor, z_b: Tensor) -> dict[str, Tensor]:
-        r_a, r_b = self.reward(z_a).squeeze(-1), self.reward(z_b).squeeze(-1)
+    def forward(self, z_a: Tensor, z_b: Tensor, extra_a: Tensor | float = 0.0,
+                extra_b: Tensor | float = 0.0) -> dict[str, Tensor]:
+        # extra_*: a term added to each response's reward (ICRM's bilinear reading of the demos)
+        r_a, r_b = self.reward(z_a).squeeze(-1) + extra_a, self.reward(z_b).squeeze(-1) + extra_b
         h = self.confidence(torch.cat([z_a + z_b, (z_a - z_b).abs()], -1)).squeeze(-1)
         mu = posterior.preference_mean(r_a, r_b)
         tau = posterior.confidence(h, self.tau_min)
@@ -141,11 +147,16 @@ class ICRM(nn.Module):
         self.cfg = cfg
         self.encoder = FeatureContextEncoder(cfg)
         self.heads = ICRMHeads(cfg.d_model, cfg.tau_min)
+        if cfg.bilinear:  # zero at start: the model begins as the encoder alone
+            self.read = nn.Parameter(torch.zeros(cfg.feature_dim, cfg.feature_dim))
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         z_a, z_b = self.encoder(batch["demo_chosen"], batch["demo_rejected"], batch["demo_mask"],
                                 batch["query_a"], batch["query_b"])
-        return self.heads(z_a, z_b)
+        if not self.cfg.bilinear:
+            return self.heads(z_a, z_b)
+        e = demo_direction(batch["demo_chosen"], batch["demo_rejected"], batch["demo_mask"]) @ self.read
+        return self.heads(z_a, z_b, (e * batch["query_a"]).sum(-1), (e * batch["query_b"]).sum(-1))
 
     def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> Tensor:
         """Mean over the batch of §C.2's negative ELBO, or of its ``episode_elbo`` reading."""
@@ -157,6 +168,13 @@ class ICRM(nn.Module):
         else:
             per = posterior.negative_elbo(out["alpha"], out["beta"], label, c.kl_weight, c.a0, c.b0)
         return per.mean()
+
+
+def demo_direction(chosen: Tensor, rejected: Tensor, mask: Tensor) -> Tensor:
+    """(Σ_j φ(y⁺_j) − φ(y⁻_j)) / (k + 1) over each episode's k demos: 0 without demos, and a
+    persona's direction scaled by k / (k + 1), its evidence, as k grows."""
+    m = mask.to(chosen.dtype)[..., None]
+    return ((chosen - rejected) * m).sum(-2) / (m.sum(-2) + 1)
 
 
 def episode_batch(episodes: FeatureEpisodes, cfg: ICRMConfig) -> dict[str, Tensor]:
