@@ -72,17 +72,24 @@ def test_only_one_rank_cpu_only_unordered_roles_can_be_fused():
 def test_fused_roles_share_a_process_and_keep_each_callers_order(ray_local):
     ray = ray_local
     roles = [Role("a", Box, num_cpus=0.1), Role("b", Box, num_cpus=0.2), Role("c", Box, num_cpus=0.1, count=2),
-             Role("d", Box, num_cpus=0.1), Role("e", Box, num_cpus=0.1, colocate="d")]
+             Role("d", Box, num_cpus=0.1), Role("e", Box, num_cpus=0.1, colocate="d"),
+             # a group of its own (an arm of a comparison) fuses apart; a group of one is not fused
+             Role("f", Box, num_cpus=0.1, fuse_group="arm"), Role("g", Box, num_cpus=0.3, fuse_group="arm"),
+             Role("h", Box, num_cpus=0.1, fuse_group="alone")]
     graph = ActorGraph(roles, 60, 60, fuse=None).start()  # one node without GPUs: fused
     try:
         a, b = graph["a"][0], graph["b"][0]
         assert is_fused(a) and is_fused(b) and not is_fused(graph["c"][0])
         assert not is_fused(graph["d"][0])  # another role shares its bundle
-        assert len(graph.hosts) == 1
-        # the fused roles' one process holds one bundle with both shares, under the first's name
-        assert sorted(graph.placement_groups) == ["a", "c", "d"]
+        assert is_fused(graph["f"][0]) and is_fused(graph["g"][0]) and not is_fused(graph["h"][0])
+        assert len(graph.hosts) == 2
+        # each fused process holds one bundle with its roles' shares, under its first role's name
+        assert sorted(graph.placement_groups) == ["a", "c", "d", "f", "h"]
         assert graph.placement_groups["a"].bundle_specs == [{"CPU": pytest.approx(0.3)}]
+        assert graph.placement_groups["f"].bundle_specs == [{"CPU": pytest.approx(0.4)}]
         assert graph["a"].call("pid") == graph["b"].call("pid")
+        assert graph["f"].call("pid") == graph["g"].call("pid") != graph["a"].call("pid")
+        assert graph["h"].call("pid") != graph["f"].call("pid")
         assert graph["c"].call("pid")[0] != graph["a"].call("pid")[0]
         # A call whose argument is still being computed is not overtaken by the next call.
         slow = ray.remote(_slow).remote(7, 1.0)

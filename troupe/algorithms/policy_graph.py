@@ -129,6 +129,8 @@ class PolicyGraph:
         rollout = Role(self.names["rollout"], engine_cls, count=rc.num_engines, num_cpus=rc.num_cpus,
                        num_gpus=rc.num_gpus, colocate=colocate, kwargs=self._rollout_kwargs(),
                        max_restarts=rc.max_restarts, ready_first=first, niceness=rc.niceness)
+        # Several policies (the arms of a comparison) step side by side: each fuses apart.
+        learner.fuse_group = rollout.fuse_group = self.prefix or None
         if c.run.staleness:  # the engines generate while the learner updates: not in one process
             learner.fusable = rollout.fusable = False
         roles = [rollout, learner] if first else [learner, rollout]

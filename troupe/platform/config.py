@@ -57,7 +57,8 @@ class RunConfig:
     # launches all nodes at once; the request is cleared when the run's actors are torn down.
     request_resources: bool = False
     # Host the roles that need no process of their own (one rank, no GPU) in one actor process
-    # (troupe.platform.fused): it starts them several times faster. They then live and die
+    # per group (troupe.platform.fused; one policy's roles, each arm of a comparison apart):
+    # it starts them several times faster. They then live and die
     # together, so none is restarted on its own. None: only on a one-node cluster without GPUs
     # that cannot grow; false for per-role restarts there.
     fuse_roles: bool | None = None

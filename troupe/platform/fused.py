@@ -3,9 +3,12 @@
 On one CPU node a role's actor costs more to start than most smoke-scale steps take: each
 process imports torch and transformers again (about 4 s of a 2-core machine's time per actor).
 `ActorGraph` can therefore host the roles that need nothing a process of their own gives (one
-rank, no GPU, no concurrency; `Role.can_fuse`) in one `FusedHost`, as colocated workers elsewhere
-share one process, and hand out `FusedHandle` proxies with the calls of an actor handle:
-``handle.method.remote(*args, **kwargs)`` returns an ``ObjectRef``.
+rank, no GPU, no concurrency; `Role.can_fuse`) in one `FusedHost` per `Role.fuse_group`, as
+colocated workers elsewhere share one process, and hand out `FusedHandle` proxies with the calls
+of an actor handle: ``handle.method.remote(*args, **kwargs)`` returns an ``ObjectRef``. A group
+is the roles that work one after another (one policy's engine and learner); the arms of a
+comparison, which step side by side, are groups apart, or one process would put all their work
+on one core.
 
 What a separate actor guarantees, a fused role keeps:
 - calls from one process to one role run one at a time, in the order they were submitted,

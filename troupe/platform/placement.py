@@ -60,6 +60,11 @@ class Role:
     # Whether this role may share a process with other roles (troupe.platform.fused) where the
     # graph fuses them; a role that must overlap another's compute says False.
     fusable: bool = True
+    # Roles fused on one node share a process with the roles of their group: roles that run one
+    # after another (one policy's engine and learner) lose nothing by it, roles that run side by
+    # side (the arms of a comparison) keep the cores apart in processes of their own. None: the
+    # graph's common group.
+    fuse_group: str | None = None
     # The OS priority (nice, 0-19) this role's processes run at. Above 0 a role takes only the
     # cycles the others leave: rollout engines generating ahead (``rollout.niceness``).
     niceness: int = 0
@@ -267,9 +272,9 @@ class ActorGraph:
             cluster's autoscaler status (`cluster_can_grow`) and waits when it cannot tell.
             ``node_types`` imply True.
         report_every_s: how often to log what is still pending while waiting.
-        fuse: host the roles that `Role.can_fuse` in one process (`troupe.platform.fused`):
-            True always, False never, None when the cluster is one node without GPUs that
-            cannot grow. Each role keeps its own placement group and bundle either way.
+        fuse: host the roles that `Role.can_fuse` in one process per `Role.fuse_group`
+            (`troupe.platform.fused`): True always, False never, None when the cluster is one
+            node without GPUs that cannot grow.
     """
 
     def __init__(
@@ -297,7 +302,7 @@ class ActorGraph:
         self.fuse = fuse
         self.hosts: list[Any] = []  # the processes of fused roles
         self.placement_groups: dict[str, Any] = {}
-        self._fused: list[Role] = []  # the roles hosted by one process, chosen when placing
+        self._fused: list[list[Role]] = []  # the roles each fused process hosts, chosen when placing
         self.groups: dict[str, ActorGroup] = {}
         self._requested = False
 
@@ -323,16 +328,16 @@ class ActorGraph:
 
         plan = plan_bundles(self.roles)
         strategies = {(r.colocate or r.name): r.strategy for r in self.roles}
-        self._fused = self._fused_roles()
-        if self._fused:
+        self._fused = self._fused_groups()
+        for fused in self._fused:
             # One process, so one bundle holding every fused role's share, on one node.
             merged: dict[str, float] = {}
-            for role in self._fused:
+            for role in fused:
                 strategies.pop(role.name)
                 for k, v in plan.pop(role.name)[0].items():
                     merged[k] = merged.get(k, 0.0) + v
-            plan[self._fused[0].name] = [merged]
-            strategies[self._fused[0].name] = self._fused[0].strategy
+            plan[fused[0].name] = [merged]
+            strategies[fused[0].name] = fused[0].strategy
         if self.node_types:
             self._check_feasible(plan, strategies)
         elif not self._may_grow():
@@ -411,13 +416,17 @@ class ActorGraph:
                          deadline - now, "\n".join(lines), _fmt_resources(ray.available_resources()),
                          f"; {activity}" if activity else "")
 
-    def _fused_roles(self) -> list[Role]:
-        """The roles to host in one process (none, or at least two)."""
+    def _fused_groups(self) -> list[list[Role]]:
+        """The roles each fused process hosts: per `Role.fuse_group`, the groups of two or more."""
         hosts_others = {r.colocate for r in self.roles if r.colocate}  # its bundle is shared: not fused
-        roles = [r for r in self.roles if r.can_fuse() and r.name not in hosts_others]
-        if len(roles) < 2 or self.fuse is False:
+        groups: dict[str | None, list[Role]] = {}
+        for r in self.roles:
+            if r.can_fuse() and r.name not in hosts_others:
+                groups.setdefault(r.fuse_group, []).append(r)
+        fused = [g for g in groups.values() if len(g) >= 2]
+        if not fused or self.fuse is False:
             return []
-        return roles if self.fuse or self._one_cpu_node() else []
+        return fused if self.fuse or self._one_cpu_node() else []
 
     def _one_cpu_node(self) -> bool:
         import ray
@@ -461,11 +470,11 @@ class ActorGraph:
     def _create_actors(self) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        fused = self._fused
+        host_of = {r.name: g for g in self._fused for r in g}
         for role in self.roles:
-            if any(role is r for r in fused):
-                if role is fused[0]:
-                    self._create_fused(fused)
+            if role.name in host_of:
+                if role is host_of[role.name][0]:
+                    self._create_fused(host_of[role.name])
                 continue
             pg = self.placement_groups[role.colocate or role.name]
             remote_cls = _as_remote(role.actor_class)
