@@ -28,10 +28,12 @@ Two passes. "1 thread per process" is the overhead comparison: troupe gets one e
 learner rank, each with one thread, and the in-process arms one thread. "Whole machine"
 (``--processes N``, default 2) gives every arm the same N cores in the way each can use them:
 troupe N engines and N DDP learner ranks of one thread each, the limit and TRL N torch threads.
-That pass times three async layouts: ``troupe_async`` (N engines and N ranks, like the sync
+That pass times five async layouts: ``troupe_async`` (N engines and N ranks, like the sync
 arm), ``troupe_async_split`` (one engine and one rank of one thread each: generation on one
-core while the update runs on the other) and ``troupe_async_ranks`` (one engine beside N
-ranks); the async goals take the fastest. Each async figure comes with its bounds: max(generate,
+core while the update runs on the other), ``troupe_async_ranks`` (one engine beside N ranks),
+and the first and last again with the engines at the lowest OS priority (``*_nice``,
+``rollout.niceness=19``: generation takes only the cycles the ranks leave); the async goals
+take the fastest. Each async figure comes with its bounds: max(generate,
 update) + reward + sync of the sync arm's own parts, and, on the whole machine, the one-thread
 work (generate + update) spread over N cores.
 
