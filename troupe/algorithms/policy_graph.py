@@ -290,6 +290,27 @@ class PolicyGraph:
                 time.sleep(0.5)
         self.transport.recover(i)
 
+    def _recover_sync(self, pending: PendingSync, error: RemoteCallError) -> float:
+        """An engine died between its generate and the weight sync (Ray restarts it): wait for
+        it, give it the newest weights (`_recover_engine`), count a fault; the bytes the update
+        carried. A fused engine, or a failure that is not an engine's, raises ``error``."""
+        import ray
+
+        engines = self.role("rollout")
+        lost = []
+        for i, ref in enumerate(pending.loads[:len(engines)]):
+            try:
+                ray.get(ref, timeout=engines.timeout_s)
+            except ray.exceptions.RayActorError:
+                lost.append(i)
+        if not lost or any(is_fused(engines[i]) for i in lost):
+            raise error
+        for i in lost:
+            self.faults += 1
+            self._recover_engine(i)
+        learners = self.role("learner")
+        return float(learners.wait([pending.update_ref], "publish_weights")[0].nbytes)
+
     def pop_faults(self) -> int:
         """Re-issues since the last call: a step reports them, so each is counted once."""
         n, self.faults = self.faults, 0
@@ -336,7 +357,14 @@ class PolicyGraph:
 
     def sync_end(self, pending: PendingSync, since: float | None = None) -> dict[str, float]:
         """Wait for `sync_begin`'s installs; ``time/sync_s`` counts from ``since`` (default: the begin)."""
-        nbytes = self.transport.end(pending)
+        import ray
+
+        try:
+            nbytes = self.transport.end(pending)
+        except RemoteCallError as e:
+            if not isinstance(e.__cause__, ray.exceptions.RayActorError):
+                raise
+            nbytes = self._recover_sync(pending, e)
         counts = self.transport.sync_metrics()
         # A sync that had to leave its transport (nccl after a restart) is a fault, counted in the report.
         self.faults += int(counts.get("sync/object_store_fallbacks", 0))
