@@ -303,6 +303,8 @@ class PolicyGraph:
                 ray.get(ref, timeout=engines.timeout_s)
             except ray.exceptions.RayActorError:
                 lost.append(i)
+            except ray.exceptions.GetTimeoutError:
+                raise error from None
         if not lost or any(is_fused(engines[i]) for i in lost):
             raise error
         for i in lost:
@@ -356,7 +358,8 @@ class PolicyGraph:
         return self.transport.begin()
 
     def sync_end(self, pending: PendingSync, since: float | None = None) -> dict[str, float]:
-        """Wait for `sync_begin`'s installs; ``time/sync_s`` counts from ``since`` (default: the begin)."""
+        """Wait for `sync_begin`'s installs; ``time/sync_s`` counts from ``since`` (default: the begin).
+        An engine lost before its install is recovered here (`_recover_sync`)."""
         import ray
 
         try:
