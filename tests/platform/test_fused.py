@@ -66,6 +66,7 @@ def test_only_one_rank_cpu_only_unordered_roles_can_be_fused():
     assert not Role("a", Box, colocate="policy").can_fuse()
     assert not Role("a", Box, resources={"accelerator": 1}).can_fuse()
     assert not Role("a", Box, fusable=False).can_fuse()
+    assert not Role("a", Box, niceness=10).can_fuse()  # its priority is its own process's
 
 
 @pytest.mark.timeout(180)

@@ -82,8 +82,10 @@ class Role:
     def can_fuse(self) -> bool:
         """One rank, no GPU, no concurrency, no ordering before others: nothing a process of
         its own gives this role (restarts aside, which a fused role gives up)."""
+        # A lower OS priority belongs to a process of the role's own, not to roles beside it.
         return (self.fusable and self.count == 1 and self.num_gpus == 0 and not self.resources
-                and self.max_concurrency == 1 and not self.ready_first and self.colocate is None)
+                and self.max_concurrency == 1 and not self.ready_first and self.colocate is None
+                and self.niceness == 0)
 
     def bundle_share(self) -> dict[str, float]:
         share = {"CPU": float(self.num_cpus), "GPU": float(self.num_gpus), **self.resources}
@@ -458,8 +460,7 @@ class ActorGraph:
                 placement_group=self.placement_groups[roles[0].name], placement_group_bundle_index=0),
             # The roles' blocking ray.get runs in their own threads, not on the host's event
             # loop, which Ray's once-per-process warning about it assumes.
-            runtime_env={"env_vars": {**_thread_env(cpus, min(r.niceness for r in roles)),
-                                      "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
+            runtime_env={"env_vars": {**_thread_env(cpus), "RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
         ).remote(specs)
         self.hosts.append(host)
         key = uuid.uuid4().hex
