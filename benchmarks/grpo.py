@@ -54,7 +54,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import common
 
@@ -175,16 +175,25 @@ def step_timer(between: Any) -> Any:
     return StepTimer()
 
 
-def troupe_layouts(processes: int) -> dict[str, tuple[int, int, int, int]]:
-    """The troupe arms of a pass: name → (engines, learner ranks, staleness, engine niceness)."""
-    layouts = {"troupe": (processes, processes, 0, 0), "troupe_async": (processes, processes, 1, 0)}
+class Layout(NamedTuple):
+    """One troupe arm of a pass."""
+
+    engines: int
+    learner_ranks: int
+    staleness: int
+    engine_niceness: int = 0
+
+
+def troupe_layouts(processes: int) -> dict[str, Layout]:
+    """The troupe arms of a pass, by name."""
+    layouts = {"troupe": Layout(processes, processes, 0), "troupe_async": Layout(processes, processes, 1)}
     if processes > 1:
-        layouts["troupe_async_split"] = (1, 1, 1, 0)  # one core generates while the other updates
-        layouts["troupe_async_ranks"] = (1, processes, 1, 0)  # one engine beside every learner rank
+        layouts["troupe_async_split"] = Layout(1, 1, 1)  # one core generates while the other updates
+        layouts["troupe_async_ranks"] = Layout(1, processes, 1)  # one engine beside every learner rank
         # The same two with engines at the lowest OS priority: generation ahead takes the
         # cycles the DDP ranks leave idle instead of slowing the update (the critical path).
-        layouts["troupe_async_nice"] = (processes, processes, 1, NICE)
-        layouts["troupe_async_ranks_nice"] = (1, processes, 1, NICE)
+        layouts["troupe_async_nice"] = Layout(processes, processes, 1, NICE)
+        layouts["troupe_async_ranks_nice"] = Layout(1, processes, 1, NICE)
     return layouts
 
 
@@ -231,8 +240,9 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, pr
     limit_s: list[float] = []
     with contextlib.ExitStack() as stack:
         runs = {name: stack.enter_context(Run("grpo", overrides=troupe_overrides(
-                    model.path, f"{tmp}/runs-{processes}-{name}", processes=e, ranks=n, staleness=k, niceness=z)))
-                for name, (e, n, k, z) in layouts.items()}
+                    model.path, f"{tmp}/runs-{processes}-{name}", processes=lay.engines, ranks=lay.learner_ranks,
+                    staleness=lay.staleness, niceness=lay.engine_niceness)))
+                for name, lay in layouts.items()}
         rounds = iter(range(10**6))
 
         def troupe_arm(name: str) -> Any:
@@ -273,7 +283,7 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, pr
                     for x, w in zip(m, wall["troupe"][keep], strict=True)]
     s = {name: common.stats(w[keep]) for name, w in wall.items()}
     s["limit"], s["trl"] = common.stats(limit_s[keep]), common.stats(timer.seconds[keep])
-    async_arms = [name for name, (_, _, k, _) in layouts.items() if k > 0]
+    async_arms = [name for name, lay in layouts.items() if lay.staleness > 0]
     asy = async_figures(s, parts, async_arms, processes, one_thread_work_s)
     vs_limit = common.ratio(s["troupe"], s["limit"])
     vs_trl = common.ratio(s["troupe"], s["trl"])
@@ -281,8 +291,7 @@ def bench_size(model: common.BenchModel, repeats: int, warmup: int, tmp: str, pr
     return {
         "parameters": model.parameters,
         "threads": {"driver_limit_trl": threads, "rollout_engines": engine_threads, "learner_ranks": processes},
-        "layouts": {name: {"engines": e, "learner_ranks": n, "staleness": k, "engine_niceness": z}
-                    for name, (e, n, k, z) in layouts.items()},
+        "layouts": {name: lay._asdict() for name, lay in layouts.items()},
         "seconds_per_step": s,
         "troupe_step_parts": parts,
         "async_step_parts": {name: {k: common.stats([x[f"time/{k}"] for x in metrics[name][keep]])
