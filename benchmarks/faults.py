@@ -9,6 +9,8 @@ scale and compare each run's non-timing metrics with an uninterrupted one.
 Scenarios (``--scenario NAME``):
 
 - ``rollout_killed``: a rollout engine killed with its generate call in flight;
+- ``rollout_killed_before_sync``: a rollout engine killed after its generate returned, before
+  the step's weight sync reaches it;
 - ``rollout_straggler``: a rollout engine that stops answering (sleeps past the call timeout);
 - ``reward_straggler``: the reward actor hangs in a step: a clear error, then ``--resume``;
 - ``node_lost``: the worker node that hosts the rollout engine removed
@@ -229,6 +231,22 @@ def kill_engine_in_flight(run: Any, k: int) -> None:
     before_step(run, k, arm)
 
 
+def kill_engine_before_sync(run: Any, k: int) -> None:
+    """At step ``k``, kill rollout engine 0 once its batch is in, just before the step's update and
+    weight sync (Ray restarts it; the sync must wait for the restart and give it the newest weights)."""
+    import ray
+
+    policy, engines = run.algo.policy, run.graph["rollout"]
+    update_and_sync = policy.update_and_sync
+
+    def kill_then_update(*a: Any, **kw: Any) -> Any:
+        policy.update_and_sync = update_and_sync  # once
+        ray.kill(engines[0], no_restart=False)
+        return update_and_sync(*a, **kw)
+
+    before_step(run, k, lambda: setattr(policy, "update_and_sync", kill_then_update))
+
+
 def grpo(out: Path, *extra: str, resume: bool = False) -> Any:
     """A GRPO `Run` at smoke scale writing to ``out`` (or resuming it)."""
     from troupe.platform.driver import Run
@@ -257,6 +275,16 @@ def rollout_killed(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         run.run()
     return row("rollout_killed", "a rollout engine killed with its generate call in flight (step 1)", "continued",
                work / "run", reference=args.reference)
+
+
+@scenario("rollout_killed_before_sync")
+def rollout_killed_before_sync(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    with grpo(work / "run", *args.overrides) as run:
+        kill_engine_before_sync(run, 1)
+        run.run()
+    return row("rollout_killed_before_sync",
+               "a rollout engine killed after its generate returned, before the step's weight sync (step 1)",
+               "continued", work / "run", reference=args.reference)
 
 
 class StragglingEngine:

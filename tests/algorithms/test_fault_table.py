@@ -69,18 +69,8 @@ def test_engine_killed_after_its_generate_is_recovered_at_the_weight_sync_with_i
     # The engine dies once its batch is in, before the step's weight sync reaches it (on a fast
     # machine a kill aimed at the generate call can land here too): the sync waits for Ray's
     # restart, gives it the newest weights and counts the fault, as a re-issued generate does.
-    import ray
-
     with Run("grpo", preset="smoke", overrides=SMOKE, out=tmp_path / "run") as run:
-        policy, engines = run.algo.policy, run.graph["rollout"]
-        update_and_sync = policy.update_and_sync
-
-        def kill_then_update(*a: Any, **kw: Any) -> Any:
-            policy.update_and_sync = update_and_sync  # once
-            ray.kill(engines[0], no_restart=False)
-            return update_and_sync(*a, **kw)
-
-        before_step(run, 1, lambda: setattr(policy, "update_and_sync", kill_then_update))
+        FAULTS.kill_engine_before_sync(run, 1)
         summary = run.run()
     assert summary["faults"] == 1
     assert [r.get("faults") for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r] == [
