@@ -113,6 +113,7 @@ def test_persona_prompts_rows_and_the_gold_reward():
     ({"run": {"steps": 3}}, "run.steps"),
     ({"rl": {"arms": ["icrm", "gold"]}}, "rl.arms"),
     ({"train": {"ensemble": 0}}, "rl.arms"),
+    ({"train": {"static_steps": 0}}, "train.static_steps"),
     ({"data": {"eval_ks": [0, 16]}}, "data.eval_ks"),
     ({"icrm": {"max_demos": 4}}, "icrm.max_demos"),
     ({"train": {"lambdas": [1.0, 1.0]}}, "train.lambdas"),
@@ -128,3 +129,20 @@ def test_bad_config_is_refused_naming_the_key(data, key):
 def test_the_run_length_is_the_fitting_then_the_rl_steps():
     c = from_dict(ICRMRunConfig, {"train": {"chunks": 3}, "rl": {"steps": 7}})
     assert c.run.steps == 10 and c.rl.policy.run.steps == 7
+
+
+def test_the_static_rms_fit_their_own_step_count_never_more_than_train_steps():
+    assert from_dict(ICRMRunConfig, {}).train.static_fit_steps == 1000
+    assert from_dict(ICRMRunConfig, {"train": {"static_steps": None}}).train.static_fit_steps == 3000
+    assert from_dict(ICRMRunConfig, {"train": {"steps": 600, "chunks": 2}}).train.static_fit_steps == 600
+
+
+def test_models_are_dealt_to_learners_by_their_whole_fitting_cost():
+    from troupe.algorithms.icrm.algorithm import deal
+    from troupe.algorithms.icrm.learner import variants
+
+    c = from_dict(ICRMRunConfig, {"train": {"lambdas": [1.0, 0.1], "point": False, "ensemble": 3, "judge": False}})
+    shares = deal(variants(c), 2, c.train)
+    # two in-context models of 3000 steps outweigh three static ones of 1000: one each, statics by load
+    assert sorted(len(s) for s in shares) == [2, 3]
+    assert all(sum(v.context for v in s) == 1 for s in shares)

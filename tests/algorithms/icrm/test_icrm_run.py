@@ -58,6 +58,10 @@ def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_l
     rows = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
     rl_rows = [r for r in rows if "rl/reward/mean/icrm" in r]
     assert len(rl_rows) == 2 and all(0 < r["rl/reward/mean/icrm"] < 1 for r in rl_rows)
+    # each model ends at its own step count: the static RMs at train.static_steps, the judge at judge_steps
+    fitted = [r for r in rows if "steps/static_0" in r][-1]
+    assert (fitted["steps/icrm_lam1"], fitted["steps/static_0"], fitted["steps/static_1"], fitted["steps/judge"]) \
+        == (6, 4, 4, 4)
 
     # Interrupted in the RL phase (the last two checkpoints are kept): the same files at the end.
     part = resume_from_checkpoint("icrm", full, tmp_path / "part3", 3)

@@ -237,6 +237,10 @@ class TrainConfig:
     ensemble: int = 5  # §C.3 1 and 4: static BT RMs (member 0 is "the" static RM); 0: none
     judge: bool = True  # §C.3 3: the generative judge
     judge_steps: int | None = 150  # None: `steps`; its every step reads whole prompts of all demos
+    # The static RMs read no demo and need not wait for a context encoder to start reading: fitted
+    # 1000 steps their accuracy on seen personas was 0.663 / 0.777 / 0.657 (seeds 0-2) against
+    # 0.670 / 0.747 / 0.657 at 3000 (measured); None: `steps`; never more than `steps`
+    static_steps: int | None = 1000
     judge_batch_size: int = 16
     seed: int = 0
 
@@ -251,6 +255,12 @@ class TrainConfig:
         check(self.ensemble >= 0, "train.ensemble", self.ensemble, "an integer >= 0")
         check(self.judge_steps is None or self.judge_steps >= 1, "train.judge_steps", self.judge_steps,
               "an integer >= 1, or null for train.steps")
+        check(self.static_steps is None or self.static_steps >= 1, "train.static_steps", self.static_steps,
+              "an integer >= 1, or null for train.steps")
+
+    @property
+    def static_fit_steps(self) -> int:
+        return min(self.static_steps or self.steps, self.steps)
 
 
 @dataclasses.dataclass

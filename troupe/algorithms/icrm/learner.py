@@ -364,7 +364,7 @@ class _Fit:
             self.model = TextICRM(backbone, tok, icrm_cfg, cfg.backbone.max_tokens, v.objective, v.context,
                                   cfg.backbone.train, cfg.backbone.features, cfg.backbone.encode_batch).to(device)
             self.model.fit_standardiser(training_texts(data, 2000))
-            self.steps = t.steps
+            self.steps = t.static_fit_steps if not v.context else t.steps
             self.batch_size = t.batch_size
         self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=t.lr)
         self.sched = torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=t.lr, total_steps=self.steps, pct_start=0.1)
@@ -482,7 +482,7 @@ class ICRMLearner:
         out = {}
         for name, fit in self.fits.items():
             t0, before = time.perf_counter(), len(fit.losses)
-            # the judge has its own number of steps: it reaches them at the same share of the run
+            # the judge and the static RMs have their own step counts: reached at the same share of the run
             share = min(until / self.cfg.train.steps, 1.0)
             fit.train_to(round(share * fit.steps), self.data)
             new = fit.losses[before:]
