@@ -31,6 +31,8 @@ figure is as measured.
     python benchmarks/bpo.py                       # 3 seeds, all parts: about 1-1.5 h on 2 cores
     python benchmarks/bpo.py --seeds 1 --sweep-seeds 1 --steps 100   # a quick look
     python benchmarks/bpo.py --parts main --main-arms grpo,grpo_2x,bpo   # the claim alone, 3 seeds
+    python benchmarks/bpo.py --parts main --main-arms grpo,grpo_2x,bpo --steps 800 --set run.eval_every=100 \
+        --main-key main_800                          # the same, twice as long, kept beside it
     python benchmarks/bpo.py --parts noise --set eval.num_prompts=600  # more temporal-hard items
     python benchmarks/bpo.py --parts linear        # §A.5's softmax-linear benchmark only
     python benchmarks/bpo.py --parts small         # small packs: which advantage collapses
@@ -89,13 +91,22 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
     t0 = time.perf_counter()
     with Run("bpo", preset=preset, overrides=ov, out=out) as run:
         summary = run.run()
-    records = {}
+    from troupe.algorithms.bpo.evaluation import hard_by_type
+
+    records, curves = {}, {}
     for arm in arms:
         files = sorted((out / "eval" / arm).glob("step_*.jsonl"))
         records[arm] = [json.loads(x) for x in files[-1].read_text().splitlines()]
         if "sft" not in records:
             records["sft"] = [json.loads(x) for x in files[0].read_text().splitlines()]
-    return {"records": records, "wall_s": time.perf_counter() - t0, "claim": summary.get("claim"),
+        # temporal-hard accuracy at every evaluation, by type: an end point can sit in a trough
+        curves[arm] = []
+        for f in files:
+            recs = [json.loads(x) for x in f.read_text().splitlines()]
+            hard = [r["correct"] for r in recs if r["hard"]]
+            curves[arm].append({"step": int(f.stem.removeprefix("step_")), "temporal_hard_acc": sum(hard) / len(hard),
+                                **{q: v["value"] for q, v in hard_by_type([recs]).items()}})
+    return {"records": records, "curves": curves, "wall_s": time.perf_counter() - t0, "claim": summary.get("claim"),
             "steps": summary.get("steps")}
 
 
@@ -112,7 +123,10 @@ def table(records_by_seed: dict[str, list[list[dict]]], n_boot: int) -> dict[str
     for arm, per_seed in records_by_seed.items():
         out[arm] = {"pooled": pooled_bootstrap(per_seed, n_boot),
                     "per_seed": [behaviour_metrics(r) for r in per_seed],
-                    "hard_by_type": hard_by_type(per_seed), "accuracy_by_type": accuracy_by_type(per_seed)}
+                    "hard_by_type": hard_by_type(per_seed), "accuracy_by_type": accuracy_by_type(per_seed),
+                    # which seeds moved which type: a pooled gain can be one seed's
+                    "hard_by_type_per_seed": [{q: v["value"] for q, v in hard_by_type([r]).items()}
+                                              for r in per_seed]}
     return out
 
 
@@ -284,6 +298,8 @@ def main() -> None:
     ap.add_argument("--parts", default="linear,main,pack,cue,noise,pixels")
     ap.add_argument("--main-arms", default=",".join(ARMS_MAIN),
                     help="part main's arms (default: every baseline; grpo,grpo_2x,bpo for the claim alone)")
+    ap.add_argument("--main-key", default="main",
+                    help="part main's section of the JSON (another name keeps the default-length run beside it)")
     ap.add_argument("--work", default="/tmp/troupe-bench-bpo", help="run directories go here")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run, after each part's own (e.g. eval.num_prompts=600)")
@@ -338,8 +354,10 @@ def main() -> None:
         by_arm = {arm: [r["records"][arm] for r in main_runs] for arm in ["sft", *main_arms]}
         rows = table(by_arm, args.bootstrap)
         print_table("Part 1: every arm, pooled over seeds and items", rows)
-        result["main"] = {"arms": rows, "verdict": verdict(rows), "wall_s": [r["wall_s"] for r in main_runs]}
-        print(json.dumps(result["main"]["verdict"], indent=1))
+        curves = {arm: [r["curves"][arm] for r in main_runs] for arm in main_arms}
+        result[args.main_key] = {"arms": rows, "verdict": verdict(rows), "steps": args.steps, "curves": curves,
+                                 "wall_s": [r["wall_s"] for r in main_runs]}
+        print(json.dumps(result[args.main_key]["verdict"], indent=1))
         save()
 
     if "pack" in parts:
