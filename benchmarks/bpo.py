@@ -96,13 +96,12 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
     records, curves = {}, {}
     for arm in arms:
         files = sorted((out / "eval" / arm).glob("step_*.jsonl"))
-        records[arm] = [json.loads(x) for x in files[-1].read_text().splitlines()]
-        if "sft" not in records:
-            records["sft"] = [json.loads(x) for x in files[0].read_text().splitlines()]
+        evals = [[json.loads(x) for x in f.read_text().splitlines()] for f in files]
+        records[arm] = evals[-1]
+        records.setdefault("sft", evals[0])
         # temporal-hard accuracy at every evaluation, by type: an end point can sit in a trough
         curves[arm] = []
-        for f in files:
-            recs = [json.loads(x) for x in f.read_text().splitlines()]
+        for f, recs in zip(files, evals, strict=True):
             hard = [r["correct"] for r in recs if r["hard"]]
             curves[arm].append({"step": int(f.stem.removeprefix("step_")), "temporal_hard_acc": sum(hard) / len(hard),
                                 **{q: v["value"] for q, v in hard_by_type([recs]).items()}})
@@ -342,6 +341,8 @@ def main() -> None:
         for c in small_claims(result["small_packs"]):
             print(f"  {c['claim']}: {c['measured']} ({'holds' if c['holds'] else 'does not hold'})")
 
+    if args.main_key != "main" and not args.main_key.startswith("main_"):
+        ap.error(f"--main-key {args.main_key!r}: 'main' or a name starting 'main_' (others are the sections of other parts)")
     main_arms = args.main_arms.split(",")
     unknown = sorted(set(main_arms) - set(ARMS_MAIN))
     if unknown or "grpo" not in main_arms or "bpo" not in main_arms:

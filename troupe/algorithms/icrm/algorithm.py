@@ -57,6 +57,7 @@ from troupe.algorithms.icrm.learner import (
     arithmetic_task,
     corpus,
     eval_sets,
+    fit_steps,
     icrm_name,
     persona_weights,
     selection_set,
@@ -88,9 +89,8 @@ RHOS = tuple(round(0.1 * i, 1) for i in range(11))  # §C.2's demo mixes
 
 def cost(v: Variant, t: TrainConfig) -> float:
     """A model's whole fitting: its cost per step times its own step count."""
-    if v.kind == "judge":
-        return COST["judge"] * (t.judge_steps or t.steps)
-    return COST["context"] * t.steps if v.context else COST["static"] * t.static_fit_steps
+    per_step = COST["judge"] if v.kind == "judge" else COST["context" if v.context else "static"]
+    return per_step * fit_steps(v, t)
 
 
 def deal(vs: list[Variant], workers: int, t: TrainConfig) -> list[list[Variant]]:

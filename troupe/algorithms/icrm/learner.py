@@ -23,7 +23,14 @@ import numpy as np
 import torch
 
 from troupe.actors.base import configure_threads
-from troupe.algorithms.icrm.config import ARITHMETIC, MIN_EVAL_PROMPTS, PERSONAS, SPLITS, ICRMRunConfig
+from troupe.algorithms.icrm.config import (
+    ARITHMETIC,
+    MIN_EVAL_PROMPTS,
+    PERSONAS,
+    SPLITS,
+    ICRMRunConfig,
+    TrainConfig,
+)
 from troupe.algorithms.icrm.judge_baseline import GenerativeJudge, judge_corpus
 from troupe.algorithms.icrm.text import (
     TextICRM,
@@ -72,6 +79,13 @@ def variants(cfg: ICRMRunConfig) -> list[Variant]:
     if t.judge:
         out.append(Variant("judge", kind="judge", seed=t.seed))
     return out
+
+
+def fit_steps(v: Variant, t: TrainConfig) -> int:
+    """The Adam steps model ``v`` is fitted for: the judge and the static RMs have their own."""
+    if v.kind == "judge":
+        return t.judge_steps or t.steps
+    return t.steps if v.context else t.static_fit_steps
 
 
 def icrm_name(lam: float) -> str:
@@ -355,7 +369,6 @@ class _Fit:
         if v.kind == "judge":
             lm, tok, max_tokens = build_judge_lm(cfg, backbone_path)
             self.model = GenerativeJudge(lm.to(device), tok, max_tokens)
-            self.steps = t.judge_steps or t.steps
             self.batch_size = t.judge_batch_size
         else:
             backbone, tok = build_backbone_from(cfg.backbone, backbone_path)
@@ -364,8 +377,8 @@ class _Fit:
             self.model = TextICRM(backbone, tok, icrm_cfg, cfg.backbone.max_tokens, v.objective, v.context,
                                   cfg.backbone.train, cfg.backbone.features, cfg.backbone.encode_batch).to(device)
             self.model.fit_standardiser(training_texts(data, 2000))
-            self.steps = t.static_fit_steps if not v.context else t.steps
             self.batch_size = t.batch_size
+        self.steps = fit_steps(v, t)
         self.opt = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=t.lr)
         self.sched = torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=t.lr, total_steps=self.steps, pct_start=0.1)
         self.rng = np.random.default_rng([v.seed, 7])
