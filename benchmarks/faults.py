@@ -8,7 +8,7 @@ scale and compare each run's non-timing metrics with an uninterrupted one.
 
 Scenarios (``--scenario NAME``):
 
-- ``rollout_killed``: a rollout engine killed with its generate call in flight;
+- ``rollout_killed``: a rollout engine whose process exits inside its generate call;
 - ``rollout_killed_before_sync``: a rollout engine killed after its generate returned, before
   the step's weight sync reaches it;
 - ``rollout_straggler``: a rollout engine that stops answering (sleeps past the call timeout);
@@ -211,24 +211,42 @@ def before_step(run: Any, k: int, inject: Callable[[], None]) -> None:
     run.algo.step = step_with_fault
 
 
+class DyingEngine:
+    """Mixed into the HF rollout engine: after `die_in_next_generate`, the process exits inside
+    its next generate call, with the call in flight as a crash leaves it. A kill sent from the
+    driver races the call (32 prompts take about 15 ms) and can land after it returned. A
+    restarted engine has its state reset, so it answers."""
+
+    def die_in_next_generate(self) -> None:
+        self._die = True
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_die", False):
+            os._exit(1)
+        return super().generate(*args, **kwargs)
+
+
+def engine_with(mixin: type) -> type:
+    """The HF rollout engine with ``mixin`` in front."""
+    from troupe.actors.rollout_hf import HFRolloutEngine
+
+    return type("HFRolloutEngine", (mixin, HFRolloutEngine), {})
+
+
+def with_engine_mixin(mixin: type) -> None:
+    """Build this process's rollout engines as `engine_with(mixin)` (each scenario runs in a
+    process of its own)."""
+    from troupe.algorithms import policy_graph
+
+    engine_cls = engine_with(mixin)
+    policy_graph.rollout_class = lambda backend: engine_cls
+
+
 def kill_engine_in_flight(run: Any, k: int) -> None:
-    """At step ``k``, kill rollout engine 0 just after the step's rollout is issued: it dies with
-    its generate call in flight (and Ray restarts it)."""
-    import ray
-
-    policy, engines = run.algo.policy, run.graph["rollout"]
-    rollout = policy.rollout
-
-    def rollout_then_kill(*a: Any, **kw: Any) -> Any:
-        pending = rollout(*a, **kw)
-        policy.rollout = rollout  # once
-        ray.kill(engines[0], no_restart=False)
-        return pending
-
-    def arm() -> None:
-        policy.rollout = rollout_then_kill
-
-    before_step(run, k, arm)
+    """At step ``k``, rollout engine 0 dies inside that step's generate call (and Ray restarts
+    it). The run's engines must have `DyingEngine` mixed in."""
+    engines = run.graph["rollout"]
+    before_step(run, k, lambda: engines.wait([engines[0].die_in_next_generate.remote()], "die_in_next_generate"))
 
 
 def kill_engine_before_sync(run: Any, k: int) -> None:
@@ -270,6 +288,7 @@ def reference_run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 @scenario("rollout_killed")
 def rollout_killed(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    with_engine_mixin(DyingEngine)
     with grpo(work / "run", *args.overrides) as run:
         kill_engine_in_flight(run, 1)
         run.run()
@@ -304,11 +323,7 @@ class StragglingEngine:
 
 @scenario("rollout_straggler")
 def rollout_straggler(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from troupe.actors.rollout_hf import HFRolloutEngine
-    from troupe.algorithms import policy_graph
-
-    engine_cls = type("HFRolloutEngine", (StragglingEngine, HFRolloutEngine), {})
-    policy_graph.rollout_class = lambda backend: engine_cls  # the graph is built with it
+    with_engine_mixin(StragglingEngine)
     timeout = args.call_timeout_s
     with grpo(work / "run", f"run.call_timeout_s={timeout}", *args.overrides) as run:
         engines = run.graph["rollout"]

@@ -53,7 +53,11 @@ def uninterrupted(fault_reference) -> list[dict[str, Any]]:
 # -- a rollout engine killed with its generate call in flight ---------------------------------------
 @pytest.mark.timeout(900)  # the first test of the module also makes the uninterrupted run (and the SFT)
 def test_engine_killed_mid_generate_is_restarted_with_metrics_identical_to_an_uninterrupted_run(
-        uninterrupted, ray_local, tmp_path):
+        uninterrupted, ray_local, monkeypatch, tmp_path):
+    from troupe.algorithms import policy_graph
+
+    engine_cls = FAULTS.engine_with(FAULTS.DyingEngine)
+    monkeypatch.setattr(policy_graph, "rollout_class", lambda backend: engine_cls)  # the graph is built with it
     with Run("grpo", preset="smoke", overrides=SMOKE, out=tmp_path / "run") as run:
         FAULTS.kill_engine_in_flight(run, 1)
         summary = run.run()
@@ -66,9 +70,9 @@ def test_engine_killed_mid_generate_is_restarted_with_metrics_identical_to_an_un
 @pytest.mark.timeout(600)
 def test_engine_killed_after_its_generate_is_recovered_at_the_weight_sync_with_identical_metrics(
         uninterrupted, ray_local, tmp_path):
-    # The engine dies once its batch is in, before the step's weight sync reaches it (on a fast
-    # machine a kill aimed at the generate call can land here too): the sync waits for Ray's
-    # restart, gives it the newest weights and counts the fault, as a re-issued generate does.
+    # The engine dies once its batch is in, before the step's weight sync reaches it: the sync
+    # waits for Ray's restart, gives it the newest weights and counts the fault, as a re-issued
+    # generate does.
     with Run("grpo", preset="smoke", overrides=SMOKE, out=tmp_path / "run") as run:
         FAULTS.kill_engine_before_sync(run, 1)
         summary = run.run()
@@ -82,10 +86,9 @@ def test_engine_killed_after_its_generate_is_recovered_at_the_weight_sync_with_i
 @pytest.mark.timeout(600)
 def test_hanging_engine_is_cut_off_by_run_call_timeout_s_and_restarted_with_identical_metrics(
         uninterrupted, monkeypatch, tmp_path):
-    from troupe.actors.rollout_hf import HFRolloutEngine
     from troupe.algorithms import policy_graph
 
-    engine_cls = type("HFRolloutEngine", (FAULTS.StragglingEngine, HFRolloutEngine), {})
+    engine_cls = FAULTS.engine_with(FAULTS.StragglingEngine)
     monkeypatch.setattr(policy_graph, "rollout_class", lambda backend: engine_cls)  # the graph is built with it
     with Run("grpo", preset="smoke", overrides=[*SMOKE, f"run.call_timeout_s={CALL_TIMEOUT_S}"],
              out=tmp_path / "run") as run:
