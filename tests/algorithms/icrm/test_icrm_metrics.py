@@ -80,6 +80,21 @@ def test_rl_claims_compare_arms_on_the_gold_rewards():
     assert not analysis.rl_claims(records)[1]["holds"]
 
 
+def test_rl_claims_are_read_again_on_the_sampled_completions_where_recorded():
+    greedy = [{"rl_step": 0, "gold/icrm/a": 0.0, "gold/static/a": 0.0},
+              {"rl_step": 10, "gold/icrm/a": -1.0, "gold/static/a": 0.5}]
+    sampled = [{**r, "gold_sampled/icrm/a": 0.1, "gold_sampled/static/a": 0.1} for r in greedy]
+    sampled[-1] |= {"gold_sampled/icrm/a": 0.9, "gold_sampled/static/a": 0.4}
+    (only,) = analysis.rl_claims(greedy)
+    on_greedy, on_sampled = analysis.rl_claims(sampled)
+    assert not only["holds"] and on_greedy == only
+    assert on_sampled["holds"] and on_sampled["claim"].endswith("(sampled completions)")
+    assert on_sampled["measured"] == "0.900 vs 0.400 (start 0.100)"
+    section = analysis.rl_section(sampled)[0]
+    assert "on sampled completions" in section and "| 10 | 0.900 | 0.400 |" in section
+    assert "on sampled completions" not in analysis.rl_section(greedy)[0]
+
+
 def test_pool_episodes_label_by_bradley_terry_on_the_pool_features():
     cfg = PersonaConfig(max_demos=3)
     tp = TextPersonas(cfg)
@@ -146,3 +161,12 @@ def test_models_are_dealt_to_learners_by_their_whole_fitting_cost():
     # two in-context models of 3000 steps outweigh three static ones of 1000: one each, statics by load
     assert sorted(len(s) for s in shares) == [2, 3]
     assert all(sum(v.context for v in s) == 1 for s in shares)
+
+
+def test_the_over_optimisation_curve_reads_the_sampled_gold_where_recorded():
+    records = [{"rl_step": 0, "gold/icrm/a": 0.0, "gold_sampled/icrm/a": 0.1},
+               {"rl_step": 10, "gold/icrm/a": -1.0, "gold_sampled/icrm/a": 0.5}]
+    history = [{"step": 11, "rl/kl/ref/icrm": 0.2}]  # RL step 0 is driver step 2: the batch before step 10
+    assert analysis.rl_kl_curves(records, history, 2) == {"icrm": [(0.0, 0.1), (0.2, 0.5)]}
+    greedy = [{k: v for k, v in r.items() if not k.startswith("gold_sampled/")} for r in records]
+    assert analysis.rl_kl_curves(greedy, history, 2) == {"icrm": [(0.0, 0.0), (0.2, -1.0)]}

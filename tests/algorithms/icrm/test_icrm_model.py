@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from troupe.algorithms.icrm import posterior
-from troupe.algorithms.icrm.model import ICRM, ICRMConfig, ICRMHeads, demo_direction, episode_batch, swap_query
+from troupe.algorithms.icrm.model import (
+    ICRM,
+    ICRMConfig,
+    ICRMHeads,
+    demo_direction,
+    episode_batch,
+    swap_query,
+)
 from troupe.envs.preferences.personas import PersonaConfig, sample_feature_episodes, sample_personas
 from troupe.platform.errors import ConfigError
 

@@ -39,8 +39,10 @@ def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_l
     assert json.loads((full / "models/icrm/icrm.json").read_text())["objective"] == "elbo"
     records = [json.loads(line) for line in (full / "rl.jsonl").read_text().splitlines()]
     assert [r["rl_step"] for r in records] == [0, 1, 2]
-    assert set(records[0]) == {"rl_step"} | {f"gold/{arm}/{who}" for arm in ("icrm", "static", "icrm_b")
-                                            for who in ("a", "b")}
+    assert set(records[0]) == {"rl_step"} | {f"{prefix}/{arm}/{who}" for prefix in ("gold", "gold_sampled")
+                                            for arm in ("icrm", "static", "icrm_b") for who in ("a", "b")}
+    # before any step every arm is the SFT policy, and the sampled evaluation draws the same samples
+    assert len({records[0][f"gold_sampled/{arm}/a"] for arm in ("icrm", "static", "icrm_b")}) == 1
     picks = json.loads((full / "best_of_n.json").read_text())
     assert picks["n"] == [1, 2, 4, 8, 16, 32, 64] and picks["model"] == selection["selected"]
     assert set(picks["gold_a"]) == {"gold itself", "ICRM steered by a (r)", "ICRM steered by a (E_q log p)",
@@ -50,7 +52,7 @@ def test_smoke_run_fits_every_model_trains_the_rl_arms_and_resumes_exactly(ray_l
     assert len(picks["mix"]) == len(picks["scalarised"]) == 11 and picks["hypervolume"]["mix"] >= 0
     summary = json.loads((full / "summary.json").read_text())
     claims = summary["claims"]
-    assert len(claims) == 12 and all(isinstance(c["holds"], bool) and c["measured"] for c in claims)
+    assert len(claims) == 14 and all(isinstance(c["holds"], bool) and c["measured"] for c in claims)
     report = (full / "report.md").read_text()
     assert "## Reward models steered by demonstrations" in report and "## ICRM-RL" in report
     assert "## What the reward models pick" in report

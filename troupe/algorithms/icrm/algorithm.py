@@ -319,7 +319,9 @@ class ICRMAlgorithm(Algorithm):
 
     def rl_evaluate(self, t: int) -> dict[str, float]:
         """Both personas' gold reward (arithmetic: exact-match accuracy, ``exact``) of every arm's
-        greedy completions on held-out prompts; each record is appended to ``rl.jsonl`` for the report."""
+        greedy completions on held-out prompts (``gold/<arm>/<who>``) and of ``rl.eval_samples``
+        sampled ones per prompt (``gold_sampled/<arm>/<who>``); each record is appended to
+        ``rl.jsonl`` for the report."""
         c = self.config.rl
         greedy = dataclasses.replace(c.policy.rollout.sampling, temperature=c.policy.eval.temperature)
         out: dict[str, float] = {}
@@ -327,6 +329,10 @@ class ICRMAlgorithm(Algorithm):
             for who, rows in self.eval_rows.items():
                 r = policy.evaluate(rows, greedy, seed=step_seed(self.config.run.seed, t, f"rl_eval/{arm}"))
                 out[f"gold/{arm}/{who}"] = r["reward"]
+                if c.eval_samples:  # one seed for every arm: at step 0 they score the same samples
+                    r = policy.evaluate([row for row in rows for _ in range(c.eval_samples)], c.policy.rollout.sampling,
+                                        seed=step_seed(self.config.run.seed, t, "rl_eval_sampled"))
+                    out[f"gold_sampled/{arm}/{who}"] = r["reward"]
         self.rl_log.append({"rl_step": t, **out})
         self._write_rl_log()
         return {f"eval/{k}": v for k, v in out.items()}
@@ -391,7 +397,8 @@ class ICRMAlgorithm(Algorithm):
         written += analysis.selection_plots(picks, run.plots_dir) if picks else []
         written += analysis.rl_plots(records, run.plots_dir)
         curves = analysis.rl_kl_curves(records, history, config.train.chunks)
-        written += analysis.rl_kl_plot(curves, run.plots_dir, config.data.source == ARITHMETIC)
+        written += analysis.rl_kl_plot(curves, run.plots_dir, config.data.source == ARITHMETIC,
+                                       sampled=any(k.startswith(f"{analysis.SAMPLED}/") for r in records for k in r))
         summary = {"selected": selected, "validation_ece": eces, "metrics": tab, "claims": claim_list,
                    "rl": records, "rl_gold_vs_kl": curves, "plots": written, "best_of_n": picks}
         sections = analysis.sections(tab, selected, eces, claim_list, written)

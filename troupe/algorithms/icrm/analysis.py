@@ -198,6 +198,7 @@ ARM_LABEL = {"icrm": "ICRM steered by a", "static": "static RM", "icrm_b": "ICRM
 OWN_PERSONA = {"icrm": "a", "static": "a", "icrm_b": "b"}  # the persona whose gold an arm is trained toward
 # data.source=arithmetic: every arm's gold is exact-match accuracy on held-out problems ("exact")
 EXACT = "exact"
+GREEDY, SAMPLED = "gold", "gold_sampled"  # rl.jsonl's keys: <prefix>/<arm>/<persona>
 ARITHMETIC_LABEL = {"icrm": "ICRM (solution pairs of other problems)", "static": "static RM (same pairs)",
                     "rule": "rule verifier"}
 
@@ -211,15 +212,17 @@ def _label(arm: str, records: list[dict[str, Any]]) -> str:
 
 
 def _own_key(arm: str, rec: dict[str, Any]) -> str:
-    """The gold an arm is trained toward: its own persona's, or held-out accuracy."""
-    key = f"gold/{arm}/{EXACT}"
-    return key if key in rec else f"gold/{arm}/{OWN_PERSONA.get(arm, 'a')}"
+    """The gold an arm is trained toward: its own persona's, or held-out accuracy; on sampled
+    completions where the record has them (the policy's expected gold), else on greedy ones."""
+    prefix = SAMPLED if any(k.startswith(f"{SAMPLED}/") for k in rec) else GREEDY
+    key = f"{prefix}/{arm}/{EXACT}"
+    return key if key in rec else f"{prefix}/{arm}/{OWN_PERSONA.get(arm, 'a')}"
 
 
 def rl_kl_curves(records: list[dict[str, Any]], history: list[dict[str, Any]],
                  first_rl_step: int) -> dict[str, list[tuple[float, float]]]:
-    """Per arm, (KL to the start policy, its own persona's gold reward) at every RL evaluation:
-    the over-optimisation curve (§C.4). The KL is the run's k3 estimate ``rl/kl/ref/<arm>`` on
+    """Per arm, (KL to the start policy, its own persona's gold reward, on sampled completions
+    where recorded) at every RL evaluation: the over-optimisation curve (§C.4). The KL is the run's k3 estimate ``rl/kl/ref/<arm>`` on
     the batch of the last step before the evaluation (0 before the first); ``first_rl_step`` is
     the driver step of RL step 0."""
     by_step = {int(r["step"]): r for r in history if "step" in r}
@@ -235,8 +238,10 @@ def rl_kl_curves(records: list[dict[str, Any]], history: list[dict[str, Any]],
     return out
 
 
-def rl_kl_plot(curves: dict[str, list[tuple[float, float]]], plots_dir: Path, arithmetic: bool = False) -> list[str]:
-    """Each arm's own persona's gold reward against its KL to the start policy."""
+def rl_kl_plot(curves: dict[str, list[tuple[float, float]]], plots_dir: Path, arithmetic: bool = False,
+               sampled: bool = False) -> list[str]:
+    """Each arm's own persona's gold reward (``sampled``: on sampled completions) against its KL
+    to the start policy."""
     if not any(len(c) > 1 for c in curves.values()):
         return []
     import matplotlib
@@ -250,7 +255,8 @@ def rl_kl_plot(curves: dict[str, list[tuple[float, float]]], plots_dir: Path, ar
         label = ARITHMETIC_LABEL.get(arm, arm) if arithmetic else f"{ARM_LABEL.get(arm, arm)} (persona {OWN_PERSONA[arm]})"
         ax.plot(kl, gold, marker="o", color=f"C{i}", label=label)
     ax.set_xlabel("KL(π ‖ π_SFT), k3 estimate on the step's batch")
-    ax.set_ylabel("held-out exact-match accuracy" if arithmetic else "own persona's gold reward (held-out, greedy)")
+    how = "sampled" if sampled else "greedy"
+    ax.set_ylabel(f"held-out exact-match accuracy ({how})" if arithmetic else f"own persona's gold reward (held-out, {how})")
     ax.set_title("ICRM-RL: gold reward against KL to the start policy", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
@@ -264,22 +270,32 @@ def rl_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return []
     if _arithmetic(records):
         return arithmetic_rl_claims(records)
+    return persona_rl_claims(records, GREEDY) + persona_rl_claims(records, SAMPLED)
+
+
+SAMPLED_TAG = " (sampled completions)"
+
+
+def persona_rl_claims(records: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """The persona RL claims on the greedy completions' gold (``gold``) or on the sampled ones'
+    (``gold_sampled``; none where the run recorded none)."""
     first, last = records[0], records[-1]
+    tag = SAMPLED_TAG if prefix == SAMPLED else ""
 
     def g(rec: dict[str, Any], arm: str, who: str) -> float | None:
-        return rec.get(f"gold/{arm}/{who}")
+        return rec.get(f"{prefix}/{arm}/{who}")
 
     out = []
     if g(last, "icrm", "a") is not None and g(last, "static", "a") is not None:
         a, s = g(last, "icrm", "a"), g(last, "static", "a")
         out.append({"claim": "ICRM-RL's policy reaches a higher gold persona reward than static-RM GRPO at the same "
-                             f"steps ({last['rl_step']})",
+                             f"steps ({last['rl_step']}){tag}",
                     "measured": f"{a:.3f} vs {s:.3f} (start {g(first, 'icrm', 'a'):.3f})", "holds": bool(a > s)})
     if g(last, "icrm_b", "b") is not None and g(last, "icrm", "a") is not None:
         own_a, cross_a = g(last, "icrm", "a"), g(last, "icrm_b", "a")
         own_b, cross_b = g(last, "icrm_b", "b"), g(last, "icrm", "b")
         out.append({"claim": "the policy follows the persona in the reward's context: steered by a it scores higher "
-                             "on a's gold reward than steered by b, and the other way round",
+                             f"on a's gold reward than steered by b, and the other way round{tag}",
                     "measured": f"a's gold: {own_a:.3f} (by a) vs {cross_a:.3f} (by b); b's gold: {own_b:.3f} (by b) "
                                 f"vs {cross_b:.3f} (by a)",
                     "holds": bool(own_a > cross_a and own_b > cross_b)})
@@ -333,12 +349,16 @@ def rl_plots(records: list[dict[str, Any]], plots_dir: Path) -> list[str]:
     whos = sorted({k.split("/")[2] for r in records for k in r if k.startswith("gold/")})
     for who in whos:
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
+        sampled = all(f"{SAMPLED}/{arm}/{who}" in r for r in records for arm in arms)
         for i, arm in enumerate(arms):
             ax.plot(steps, [r[f"gold/{arm}/{who}"] for r in records], marker="o", color=f"C{i}",
-                    label=_label(arm, records))
+                    label=_label(arm, records) + (", greedy" if sampled else ""))
+            if sampled:
+                ax.plot(steps, [r[f"{SAMPLED}/{arm}/{who}"] for r in records], marker=".", ls="--", color=f"C{i}",
+                        label=_label(arm, records) + ", sampled")
         ax.set_xlabel("GRPO step")
         what = "exact-match accuracy" if who == EXACT else f"persona {who}'s gold reward"
-        ax.set_ylabel(f"{what} (held-out, greedy)")
+        ax.set_ylabel(f"{what} (held-out, {'greedy and sampled' if sampled else 'greedy'})")
         ax.set_title(f"ICRM-RL: {what}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
@@ -353,15 +373,20 @@ def rl_section(records: list[dict[str, Any]]) -> list[str]:
     if _arithmetic(records):
         lines = ["## ICRM-RL", "", "Exact-match accuracy (the task's checker) of each arm's greedy answers to "
                  "held-out problems. Every arm starts from the same SFT policy and trains on the same problems; "
-                 "the ICRM arm's reward reads k (correct, incorrect) solution pairs of other problems in each row.",
-                 "", "| step | " + " | ".join(_label(k.split("/")[1], records) for k in keys) + " |",
-                 "|---|" + "---|" * len(keys)]
+                 "the ICRM arm's reward reads k (correct, incorrect) solution pairs of other problems in each row."]
+        head = ["| step | " + " | ".join(_label(k.split("/")[1], records) for k in keys) + " |"]
     else:
         lines = ["## ICRM-RL", "", "Gold persona reward (wᵀφ of the completion's attributes) of each arm's greedy "
-                 "completions on held-out prompts.", "",
-                 "| step | " + " | ".join(f"{ARM_LABEL.get(k.split('/')[1], k)} on {k.split('/')[2]}" for k in keys)
-                 + " |", "|---|" + "---|" * len(keys)]
-    lines += [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + " |" for r in records]
+                 "completions on held-out prompts."]
+        head = ["| step | " + " | ".join(f"{ARM_LABEL.get(k.split('/')[1], k)} on {k.split('/')[2]}" for k in keys)
+                + " |"]
+    head += ["|---|" + "---|" * len(keys)]
+    lines += ["", *head] + [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + " |" for r in records]
+    sampled = [f"{SAMPLED}/{k.split('/', 1)[1]}" for k in keys]
+    if all(k in r for r in records for k in sampled):
+        lines += ["", "The same, on sampled completions (the rollout temperature, `rl.eval_samples` per prompt): "
+                  "the policy's expected gold, which the greedy table moves by whole completions.", "", *head]
+        lines += [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in sampled) + " |" for r in records]
     claims = arithmetic_rl_claims(records) if _arithmetic(records) and len(records) > 1 else []
     lines += [""] + [f"- {'**holds**' if c['holds'] else '**does not hold**'}: {c['claim']}: {c['measured']}."
                      for c in claims]

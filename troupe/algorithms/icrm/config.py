@@ -320,6 +320,10 @@ class RLConfig:
     persona_a: list[float] = dataclasses.field(default_factory=lambda: [0, 1, 1, 0, 0, 0, 0, 0])
     persona_b: list[float] = dataclasses.field(default_factory=lambda: [0, 0, 0, 1, 1, 1, 0, 0])
     eval_every: int = 10
+    # Sampled completions per held-out prompt, at the rollout temperature, scored beside the
+    # greedy one: the policy's expected gold, which a greedy evaluation of a few prompts moves
+    # by whole completions. 0: greedy only.
+    eval_samples: int = 4
     policy: GRPOConfig = dataclasses.field(default_factory=_policy)
 
     def __post_init__(self) -> None:
@@ -332,6 +336,7 @@ class RLConfig:
             check(len(w) == len(ATTRIBUTES) and any(v != 0 for v in w), f"rl.{key}", w,
                   f"{len(ATTRIBUTES)} weights, not all zero, one per attribute {ATTRIBUTES}")
         check(self.eval_every >= 1, "rl.eval_every", self.eval_every, "an integer >= 1")
+        check(self.eval_samples >= 0, "rl.eval_samples", self.eval_samples, "an integer >= 0 (0: greedy only)")
         # Its GRPO step (grpo_step) takes each rollout when it runs: nothing generates ahead.
         check(self.policy.run.staleness == 0, "rl.policy.run.staleness", self.policy.run.staleness,
               "0 (ICRM-RL does not generate ahead of its update)")
