@@ -26,6 +26,7 @@ uninterrupted run of the same config: the rows a killed driver wrote before it d
 Writes ``benchmarks/results/faults.json`` and prints the Markdown table the README shows.
 
     python benchmarks/faults.py
+    python benchmarks/faults.py --only rollout_killed,rollout_killed_before_sync   # the rest kept
     python benchmarks/faults.py --scenario node_lost --json /tmp/row.json
 """
 
@@ -548,14 +549,26 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every scenario, each in a process of its own; the reference run first."""
+    """Every scenario (or those of ``--only``, the others' rows kept from the last results),
+    each in a process of its own; the reference run first."""
     import common
 
     rows = []
+    only = [n for n in (args.only or "").split(",") if n]
+    if unknown := sorted(set(only) - set(SCENARIOS)):
+        raise SystemExit(f"--only {unknown}: scenarios are {sorted(SCENARIOS)}")
+    kept = {}
+    if only:
+        previous = common.RESULTS / "faults.json"
+        kept = {r["scenario"]: r for r in json.loads(previous.read_text())["rows"]} if previous.is_file() else {}
     with tempfile.TemporaryDirectory(prefix="faults-") as tmp:
         reference = Path(tmp) / "uninterrupted-rows.json"
         names = ["reference", *[n for n in SCENARIOS if n != "reference"]]
         for name in names:
+            if only and name != "reference" and name not in only:
+                if name in kept:  # measured by an earlier run, under its own overrides
+                    rows.append({**kept[name], "kept_from_earlier_results": True})
+                continue
             out = Path(tmp) / f"{name}.json"
             cmd = [sys.executable, str(Path(__file__).resolve()), "--scenario", name, "--json", str(out),
                    "--work", str(Path(tmp) / name), "--call-timeout-s", str(args.call_timeout_s),
@@ -632,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placement-timeout-s", type=float, default=None,
                    help="run.placement_timeout_s where a lost node is waited for (default: the call timeout)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="a scenario's deadline")
+    p.add_argument("--only", help="run these scenarios (comma list) beside the reference; the other rows "
+                                  "are kept from the last results")
     p.add_argument("overrides", nargs="*", help="extra config overrides for every run")
     args = p.parse_args(argv)
     if not args.scenario:
