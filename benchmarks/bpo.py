@@ -23,6 +23,10 @@ on the linear policy: AR-cf (BPO's default) against AR-literal and mixed-mean at
 4 and 8 prompts, clips of 6 and 12 frames and temporal shares of 0.3 and 0.7, 8 seeds each,
 counting the seeds that end at the shortcut (temporal-hard accuracy below 0.25: the cue answers
 every hard item wrong, and the SFT start is at 0.00). About 25 minutes.
+Part "small_lm" asks it on the tiny LM: the same three modes at 2, 4 and 8 prompts a step, the
+default clip and question mix, 3 seeds, a seed at the shortcut when its order-hard accuracy
+ends below 0.25 (the LM stays at chance on direction under every arm). About 45 minutes with
+``--set run.eval_every=400`` (the evaluation of three arms dominates a step of 2 prompts).
 Each seed fits its own SFT checkpoint (``model.sft.seed``) before its RL arms. Results go to
 benchmarks/results/bpo.json (parts not run keep their saved figures; the sections measured on
 the task before its redesign sit under ``former_task``, and no claim is read from them); every
@@ -36,6 +40,7 @@ figure is as measured.
     python benchmarks/bpo.py --parts noise --set eval.num_prompts=600  # more temporal-hard items
     python benchmarks/bpo.py --parts linear        # §A.5's softmax-linear benchmark only
     python benchmarks/bpo.py --parts small         # small packs: which advantage collapses
+    python benchmarks/bpo.py --parts small_lm      # the same question on the tiny LM, 3 seeds
 """
 
 from __future__ import annotations
@@ -190,7 +195,8 @@ def claims(result: dict[str, Any]) -> list[dict[str, Any]]:
         n = sum(bool(v[k]) for k in ("temporal_hard_separated", "abstain_f1_separated", "macro_not_lower"))
         out.append({"claim": f"{name}: BPO beats budget-matched GRPO (all three of the above)",
                     "measured": f"{n} of 3 hold", "holds": bool(v["claim_holds"])})
-    return out + small_claims(result.get("small_packs") or {})
+    return out + small_claims(result.get("small_packs") or {}) + small_claims(result.get("small_packs_lm") or {},
+                                                                           "tiny LM")
 
 
 def linear_part(n_boot: int, save_partial: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -269,7 +275,41 @@ def small_packs_part(save_partial: Callable[[dict[str, Any]], None]) -> dict[str
     return part
 
 
-def small_claims(part: dict[str, Any]) -> list[dict[str, Any]]:
+def small_lm_part(go: Callable[..., dict[str, Any]], seeds: int,
+                  save_partial: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """The small-pack question on the tiny LM: AR-cf against AR-literal and mixed-mean at 2, 4
+    and 8 prompts a step (the default clip length and question mix), ``seeds`` seeds each. A
+    seed is at the shortcut when its order-hard accuracy at the end is below `COLLAPSE` (every
+    LM arm stays at chance on direction, so order is where the shortcut is left or not); the
+    mean over every evaluation is kept beside it, since BPO's order-hard accuracy swings."""
+    from troupe.algorithms.bpo.evaluation import hard_by_type
+
+    part: dict[str, Any] = {"arms": SMALL_ARMS, "seeds": seeds, "collapse_below": COLLAPSE,
+                            "measure": "temporal_order hard accuracy at the last evaluation", "cells": {}}
+    t = time.perf_counter()
+    for bs in SMALL_BATCHES:
+        runs = [go(f"small-lm-batch{bs}-s{s}", SMALL_ARMS, s, [f"bpo.prompts_per_step={bs}"]) for s in range(seeds)]
+        cell: dict[str, Any] = {"batch_prompts": bs, "wall_s": [r["wall_s"] for r in runs]}
+        for arm in ["sft", *SMALL_ARMS]:
+            order = [hard_by_type([r["records"][arm]])["temporal_order"]["value"] for r in runs]
+            cell[arm] = {"order_hard_acc": order, "collapsed": sum(o < COLLAPSE for o in order)}
+            if arm != "sft":
+                cell[arm]["order_hard_mean_over_evals"] = [  # the evaluations after step 0 (the SFT start's)
+                    float(np.mean([c["temporal_order"] for c in r["curves"][arm] if c["step"] > 0])) for r in runs]
+        part["cells"][f"batch{bs}"] = cell
+        print(f"small packs, tiny LM, batch {bs}: collapsed seeds of {seeds}: "
+              + ", ".join(f"{arm} {cell[arm]['collapsed']}" for arm in SMALL_ARMS)
+              + "; order-hard at the end " + ", ".join(f"{arm} {np.round(cell[arm]['order_hard_acc'], 2).tolist()}"
+                                                      for arm in SMALL_ARMS), flush=True)
+        save_partial(part)
+    part["collapsed_total"] = {arm: sum(c[arm]["collapsed"] for c in part["cells"].values()) for arm in SMALL_ARMS}
+    part["collapsed_by_batch"] = {str(c["batch_prompts"]): {arm: c[arm]["collapsed"] for arm in SMALL_ARMS}
+                                  for c in part["cells"].values()}
+    part["wall_s"] = time.perf_counter() - t
+    return part
+
+
+def small_claims(part: dict[str, Any], where: str = "linear policy") -> list[dict[str, Any]]:
     """§A.2: AR-cf is the most stable at small packs (no more seeds end at the shortcut than
     under either other mode), over every cell and at each batch size."""
     if "collapsed_total" not in part:
@@ -280,7 +320,7 @@ def small_claims(part: dict[str, Any]) -> list[dict[str, Any]]:
                                 *[(f"batch {bs}", c, n // len(part["collapsed_by_batch"]))
                                   for bs, c in part["collapsed_by_batch"].items()]]:
         others = min(counts["bpo_ar_literal"], counts["bpo_mixed_mean"])
-        out.append({"claim": f"small packs, linear policy, {label}: no more seeds end at the shortcut under AR-cf "
+        out.append({"claim": f"small packs, {where}, {label}: no more seeds end at the shortcut under AR-cf "
                              "than under AR-literal or mixed-mean",
                     "measured": f"seeds at the shortcut of {runs}: AR-cf {counts['bpo']}, "
                                 f"AR-literal {counts['bpo_ar_literal']}, mixed-mean {counts['bpo_mixed_mean']}",
@@ -360,6 +400,15 @@ def main() -> None:
                                  "wall_s": [r["wall_s"] for r in main_runs]}
         print(json.dumps(result[args.main_key]["verdict"], indent=1))
         save()
+
+    if "small_lm" in parts:
+        def keep_small_lm(part: dict[str, Any]) -> None:
+            result["small_packs_lm"] = part
+            save()
+
+        keep_small_lm(small_lm_part(go, args.seeds, keep_small_lm))
+        for c in small_claims(result["small_packs_lm"], "tiny LM"):
+            print(f"  {c['claim']}: {c['measured']} ({'holds' if c['holds'] else 'does not hold'})")
 
     if "pack" in parts:
         result["pack_sweep"] = {}

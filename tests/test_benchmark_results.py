@@ -93,6 +93,20 @@ def test_bpo_claims():
     assert "temporal-hard" in claims[0]["claim"] and "temporal_hard_acc" in claims[3]["claim"]
 
 
+def test_bpo_small_pack_claims_name_where_they_were_measured():
+    def part(bpo: int, literal: int, mixed: int) -> dict:
+        counts = {"bpo": bpo, "bpo_ar_literal": literal, "bpo_mixed_mean": mixed}
+        return {"seeds": 3, "cells": {"batch2": {}, "batch8": {}}, "collapsed_total": counts,
+                "collapsed_by_batch": {"2": counts, "8": {"bpo": 0, "bpo_ar_literal": 0, "bpo_mixed_mean": 0}}}
+
+    claims = load_benchmark("bpo").claims({"small_packs": part(1, 2, 3), "small_packs_lm": part(2, 1, 3)})
+    got = [(c["claim"].split(":")[0], c["holds"]) for c in claims]
+    assert got == [("small packs, linear policy, all cells", True), ("small packs, linear policy, batch 2", True),
+                   ("small packs, linear policy, batch 8", True), ("small packs, tiny LM, all cells", False),
+                   ("small packs, tiny LM, batch 2", False), ("small packs, tiny LM, batch 8", True)]
+    assert claims[3]["measured"] == "seeds at the shortcut of 6: AR-cf 2, AR-literal 1, mixed-mean 3"
+
+
 def test_faults_claims():
     result = {"rows": [
         {"scenario": "reference", "survived": "continued", "error": None},
