@@ -25,7 +25,7 @@ counting the seeds that end at the shortcut (temporal-hard accuracy below 0.25: 
 every hard item wrong, and the SFT start is at 0.00). About 25 minutes.
 Part "small_lm" asks it on the tiny LM: the same three modes at 2, 4 and 8 prompts a step, the
 default clip and question mix, 3 seeds, a seed at the shortcut when its order-hard accuracy
-ends below 0.25 (the LM stays at chance on direction under every arm). About 45 minutes with
+ends below 0.25 (the LM stays at chance on direction under every arm). About 35 minutes with
 ``--set run.eval_every=400`` (the evaluation of three arms dominates a step of 2 prompts).
 Each seed fits its own SFT checkpoint (``model.sft.seed``) before its RL arms. Results go to
 benchmarks/results/bpo.json (parts not run keep their saved figures; the sections measured on
