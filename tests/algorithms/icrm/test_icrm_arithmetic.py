@@ -129,7 +129,8 @@ def test_a_smoke_run_fits_on_solution_pairs_and_trains_every_rl_arm(ray_local, t
     assert all(by_k["p_true"] == [float(v) for v in by_k["label"]] for s in SPLITS for by_k in truth[s].values())
     records = [json.loads(line) for line in (out / "rl.jsonl").read_text().splitlines()]
     assert [r["rl_step"] for r in records] == [0, 1, 2]
-    assert set(records[0]) == {"rl_step"} | {f"gold/{arm}/exact" for arm in ("icrm", "static", "rule")}
+    assert set(records[0]) == {"rl_step"} | {f"{prefix}/{arm}/exact" for prefix in ("gold", "gold_sampled")
+                                            for arm in ("icrm", "static", "rule")}
     assert all(0 <= v <= 1 for r in records for k, v in r.items() if k != "rl_step")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rl_rows = [r for r in rows if "rl/reward/mean/icrm" in r]
