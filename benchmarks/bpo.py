@@ -267,12 +267,17 @@ def small_packs_part(save_partial: Callable[[dict[str, Any]], None]) -> dict[str
                       + ", ".join(f"{arm} {float(np.median(cell[arm]['temporal_hard_acc'])):.2f}"
                                   for arm in SMALL_ARMS), flush=True)
                 save_partial(part)
-    part["collapsed_total"] = {arm: sum(c[arm]["collapsed"] for c in part["cells"].values()) for arm in SMALL_ARMS}
-    part["collapsed_by_batch"] = {str(bs): {arm: sum(c[arm]["collapsed"] for c in part["cells"].values()
-                                                     if c["batch_prompts"] == bs) for arm in SMALL_ARMS}
-                                  for bs in SMALL_BATCHES}
+    count_collapsed(part)
     part["wall_s"] = time.perf_counter() - t
     return part
+
+
+def count_collapsed(part: dict[str, Any]) -> None:
+    """Seeds at the shortcut per advantage mode, over every cell and per batch size."""
+    cells = part["cells"].values()
+    part["collapsed_total"] = {arm: sum(c[arm]["collapsed"] for c in cells) for arm in SMALL_ARMS}
+    part["collapsed_by_batch"] = {str(bs): {arm: sum(c[arm]["collapsed"] for c in cells if c["batch_prompts"] == bs)
+                                            for arm in SMALL_ARMS} for bs in SMALL_BATCHES}
 
 
 def small_lm_part(go: Callable[..., dict[str, Any]], seeds: int,
@@ -302,9 +307,7 @@ def small_lm_part(go: Callable[..., dict[str, Any]], seeds: int,
               + "; order-hard at the end " + ", ".join(f"{arm} {np.round(cell[arm]['order_hard_acc'], 2).tolist()}"
                                                       for arm in SMALL_ARMS), flush=True)
         save_partial(part)
-    part["collapsed_total"] = {arm: sum(c[arm]["collapsed"] for c in part["cells"].values()) for arm in SMALL_ARMS}
-    part["collapsed_by_batch"] = {str(c["batch_prompts"]): {arm: c[arm]["collapsed"] for arm in SMALL_ARMS}
-                                  for c in part["cells"].values()}
+    count_collapsed(part)
     part["wall_s"] = time.perf_counter() - t
     return part
 

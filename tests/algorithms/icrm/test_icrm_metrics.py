@@ -133,6 +133,7 @@ def test_persona_prompts_rows_and_the_gold_reward():
     ({"icrm": {"max_demos": 4}}, "icrm.max_demos"),
     ({"train": {"lambdas": [1.0, 1.0]}}, "train.lambdas"),
     ({"rl": {"persona_a": [1, 0]}}, "rl.persona_a"),
+    ({"rl": {"eval_samples": -1}}, "rl.eval_samples"),
     ({"backbone": {"max_tokens": 2}}, "backbone.max_tokens"),
     ({"rl": {"policy": {"run": {"staleness": 1}}}}, "rl.policy.run.staleness"),
 ])

@@ -398,7 +398,7 @@ class ICRMAlgorithm(Algorithm):
         written += analysis.rl_plots(records, run.plots_dir)
         curves = analysis.rl_kl_curves(records, history, config.train.chunks)
         written += analysis.rl_kl_plot(curves, run.plots_dir, config.data.source == ARITHMETIC,
-                                       sampled=any(k.startswith(f"{analysis.SAMPLED}/") for r in records for k in r))
+                                       sampled=analysis.has_sampled(records))
         summary = {"selected": selected, "validation_ece": eces, "metrics": tab, "claims": claim_list,
                    "rl": records, "rl_gold_vs_kl": curves, "plots": written, "best_of_n": picks}
         sections = analysis.sections(tab, selected, eces, claim_list, written)

@@ -211,10 +211,15 @@ def _label(arm: str, records: list[dict[str, Any]]) -> str:
     return (ARITHMETIC_LABEL if _arithmetic(records) else ARM_LABEL).get(arm, arm)
 
 
+def has_sampled(records: list[dict[str, Any]]) -> bool:
+    """Whether every record holds gold on sampled completions (``rl.eval_samples`` > 0)."""
+    return bool(records) and all(any(k.startswith(f"{SAMPLED}/") for k in r) for r in records)
+
+
 def _own_key(arm: str, rec: dict[str, Any]) -> str:
     """The gold an arm is trained toward: its own persona's, or held-out accuracy; on sampled
     completions where the record has them (the policy's expected gold), else on greedy ones."""
-    prefix = SAMPLED if any(k.startswith(f"{SAMPLED}/") for k in rec) else GREEDY
+    prefix = SAMPLED if has_sampled([rec]) else GREEDY
     key = f"{prefix}/{arm}/{EXACT}"
     return key if key in rec else f"{prefix}/{arm}/{OWN_PERSONA.get(arm, 'a')}"
 
@@ -222,9 +227,9 @@ def _own_key(arm: str, rec: dict[str, Any]) -> str:
 def rl_kl_curves(records: list[dict[str, Any]], history: list[dict[str, Any]],
                  first_rl_step: int) -> dict[str, list[tuple[float, float]]]:
     """Per arm, (KL to the start policy, its own persona's gold reward, on sampled completions
-    where recorded) at every RL evaluation: the over-optimisation curve (§C.4). The KL is the run's k3 estimate ``rl/kl/ref/<arm>`` on
-    the batch of the last step before the evaluation (0 before the first); ``first_rl_step`` is
-    the driver step of RL step 0."""
+    where recorded) at every RL evaluation: the over-optimisation curve (§C.4). The KL is the
+    run's k3 estimate ``rl/kl/ref/<arm>`` on the batch of the last step before the evaluation
+    (0 before the first); ``first_rl_step`` is the driver step of RL step 0."""
     by_step = {int(r["step"]): r for r in history if "step" in r}
     out: dict[str, list[tuple[float, float]]] = {}
     for rec in records:
@@ -347,9 +352,9 @@ def rl_plots(records: list[dict[str, Any]], plots_dir: Path) -> list[str]:
     order = [*ARM_LABEL, *ARITHMETIC_LABEL]
     arms = sorted({k.split("/")[1] for r in records for k in r if k.startswith("gold/")}, key=order.index)
     whos = sorted({k.split("/")[2] for r in records for k in r if k.startswith("gold/")})
+    sampled = has_sampled(records)
     for who in whos:
         fig, ax = plt.subplots(figsize=(5.2, 3.6))
-        sampled = all(f"{SAMPLED}/{arm}/{who}" in r for r in records for arm in arms)
         for i, arm in enumerate(arms):
             ax.plot(steps, [r[f"gold/{arm}/{who}"] for r in records], marker="o", color=f"C{i}",
                     label=_label(arm, records) + (", greedy" if sampled else ""))
@@ -382,8 +387,8 @@ def rl_section(records: list[dict[str, Any]]) -> list[str]:
                 + " |"]
     head += ["|---|" + "---|" * len(keys)]
     lines += ["", *head] + [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + " |" for r in records]
-    sampled = [f"{SAMPLED}/{k.split('/', 1)[1]}" for k in keys]
-    if all(k in r for r in records for k in sampled):
+    if has_sampled(records):
+        sampled = [f"{SAMPLED}/{k.split('/', 1)[1]}" for k in keys]
         lines += ["", "The same, on sampled completions (the rollout temperature, `rl.eval_samples` per prompt): "
                   "the policy's expected gold, which the greedy table moves by whole completions.", "", *head]
         lines += [f"| {r['rl_step']} | " + " | ".join(f"{r[k]:.3f}" for k in sampled) + " |" for r in records]
