@@ -35,6 +35,9 @@ def add_args(ap: Any) -> None:
                     help="read the finished runs under --lm-runs and run none (a seed and H not there is left out)")
     ap.add_argument("--lm-runs", help="keep the runs' directories here (default: a temporary folder); a run "
                                       "already finished there with the same settings is read, not run again")
+    ap.add_argument("--lm-merge", action="store_true",
+                    help="keep the horizons of the last lm section of opd.json that are not run now (its seeds, "
+                         "methods and overrides must be these): a new H joins a sweep whose run folders are gone")
 
 
 def _interval(per_seed: list[list[float]], resamples: int = 1000, seed: int = 0) -> dict[str, float]:
@@ -107,8 +110,42 @@ def run(args: Any) -> dict:
                    for h, c in per_h.items()} for m, per_h in raw.items() if m != "teacher"}
     summary["teacher"] = {h: {"t1": _interval(c["t1"])} for h, c in raw.get("teacher", {}).items()}
     horizons = [h for h in horizons if str(h) in summary.get("teacher", {})]
-    return {"seeds": seeds, "horizons": horizons, "methods": methods, "overrides": args.lm_override,
-            "runs": runs, "missing": missing, "summary": summary}
+    result = {"seeds": seeds, "horizons": horizons, "methods": methods, "overrides": args.lm_override,
+              "runs": runs, "missing": missing, "summary": summary}
+    if getattr(args, "lm_merge", False):
+        result = merge(_previous(args), result)
+    return result
+
+
+def _previous(args: Any) -> dict:
+    """The lm section of the opd.json this run will replace ({} when there is none)."""
+    path = Path(args.out) / "opd.json"
+    return json.loads(path.read_text()).get("lm", {}) if path.exists() else {}
+
+
+def merge(previous: dict, new: dict) -> dict:
+    """``new`` with the horizons of ``previous`` it did not run. A horizon's cells depend on its own
+    runs only, so they carry over as they are, provided both sweeps ran the same seeds, methods and
+    overrides; otherwise the intervals would pool unlike runs, and the merge is refused."""
+    if not previous:
+        return new
+    for key in ("seeds", "methods", "overrides"):
+        if previous.get(key) != new[key]:
+            raise SystemExit(f"opd.py --lm-merge: the kept lm section has {key}={previous.get(key)}, this sweep "
+                             f"{new[key]}; run it with the same --lm-seeds, --lm-methods and --lm-override, "
+                             "or without --lm-merge")
+    kept = [h for h in previous["horizons"] if h not in new["horizons"]]
+    summary = {m: dict(cells) for m, cells in new["summary"].items()}
+    for m, cells in previous["summary"].items():
+        for h in map(str, kept):
+            if h in cells:
+                summary.setdefault(m, {})[h] = cells[h]
+    for cells in summary.values():  # horizons in increasing order, as the claims read them
+        ordered = sorted(cells.items(), key=lambda kv: int(kv[0]))
+        cells.clear()
+        cells.update(ordered)
+    runs = [{**r, "kept_from_earlier_results": True} for r in previous["runs"] if r["horizon"] in kept] + new["runs"]
+    return {**new, "horizons": sorted(kept + new["horizons"]), "runs": runs, "summary": summary}
 
 
 def claims(result: dict) -> list[dict]:

@@ -185,3 +185,25 @@ def test_opd_claims():
     assert "step at eps=0.3" in claims[7]["claim"] and "margin -0.20" in claims[9]["claim"]
     # a result of some parts only has the claims of those parts
     assert len(load_benchmark("opd").claims({"nsweep": nsweep})) == 2
+
+
+def test_opd_lm_merge_keeps_the_horizons_not_run_now():
+    lm = load_benchmark("opd_lm")
+
+    def section(hs: list[int], value: float, seeds: tuple[int, ...] = (0, 1)) -> dict:
+        cell = {"greedy": {"mean": value}}
+        return {"seeds": list(seeds), "methods": ["bc"], "overrides": [], "horizons": hs, "missing": [],
+                "runs": [{"seed": s, "horizon": h} for s in seeds for h in hs],
+                "summary": {"bc": {str(h): cell for h in hs}, "teacher": {str(h): cell for h in hs}}}
+
+    old, new = section([4, 8, 16], 0.5), section([32, 8], 0.9)
+    merged = lm.merge(old, new)
+    assert merged["horizons"] == [4, 8, 16, 32]
+    # a horizon run now replaces the kept one; the cells read in increasing H, as the claims need
+    assert list(merged["summary"]["bc"]) == ["4", "8", "16", "32"]
+    assert [merged["summary"]["bc"][h]["greedy"]["mean"] for h in ("4", "8", "16", "32")] == [0.5, 0.9, 0.5, 0.9]
+    kept = [r for r in merged["runs"] if r.get("kept_from_earlier_results")]
+    assert sorted({r["horizon"] for r in kept}) == [4, 16] and len(merged["runs"]) == 2 * 4
+    assert lm.merge({}, new) == new
+    with pytest.raises(SystemExit, match="seeds"):
+        lm.merge(section([4], 0.5, seeds=(0,)), new)
