@@ -135,15 +135,11 @@ def merge(previous: dict, new: dict) -> dict:
                              f"{new[key]}; run it with the same --lm-seeds, --lm-methods and --lm-override, "
                              "or without --lm-merge")
     kept = [h for h in previous["horizons"] if h not in new["horizons"]]
-    summary = {m: dict(cells) for m, cells in new["summary"].items()}
-    for m, cells in previous["summary"].items():
-        for h in map(str, kept):
-            if h in cells:
-                summary.setdefault(m, {})[h] = cells[h]
-    for cells in summary.values():  # horizons in increasing order, as the claims read them
-        ordered = sorted(cells.items(), key=lambda kv: int(kv[0]))
-        cells.clear()
-        cells.update(ordered)
+    old, now = previous["summary"], new["summary"]
+    # horizons in increasing order, as the claims read them
+    summary = {m: dict(sorted(({h: c for h, c in old.get(m, {}).items() if int(h) in kept} | now.get(m, {})).items(),
+                              key=lambda kv: int(kv[0])))
+               for m in [*now, *(m for m in old if m not in now)]}
     runs = [{**r, "kept_from_earlier_results": True} for r in previous["runs"] if r["horizon"] in kept] + new["runs"]
     return {**new, "horizons": sorted(kept + new["horizons"]), "runs": runs, "summary": summary}
 
