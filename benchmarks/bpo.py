@@ -331,13 +331,18 @@ def small_claims(part: dict[str, Any], where: str = "linear policy") -> list[dic
     return out
 
 
+# Every part main() runs, in the order it runs them.
+PARTS = ("linear", "small", "main", "small_lm", "pack", "cue", "noise", "pixels")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sweep-seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the config's)")
     ap.add_argument("--bootstrap", type=int, default=1000)
-    ap.add_argument("--parts", default="linear,main,pack,cue,noise,pixels")
+    ap.add_argument("--parts", default="linear,main,pack,cue,noise,pixels",
+                    help=f"comma list of {', '.join(PARTS)}")
     ap.add_argument("--main-arms", default=",".join(ARMS_MAIN),
                     help="part main's arms (default: every baseline; grpo,grpo_2x,bpo for the claim alone)")
     ap.add_argument("--main-key", default="main",
@@ -348,6 +353,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "results" / "bpo.json"))
     args = ap.parse_args()
     parts = set(args.parts.split(","))
+    if unknown := sorted(parts - set(PARTS)):
+        ap.error(f"--parts: unknown {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
     work = Path(args.work)
     out = Path(args.out)
     # Parts not run this time keep their saved figures (and the settings they were run with).

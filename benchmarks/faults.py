@@ -243,10 +243,20 @@ def with_engine_mixin(mixin: type) -> None:
     policy_graph.rollout_class = lambda backend: engine_cls
 
 
+def require_engine_method(engines: Any, method: str, mixin: type) -> None:
+    """Refuse an injection whose engines were built without its mixin, naming the fix, instead of
+    the bare AttributeError Ray raises from inside the step."""
+    if not hasattr(engines[0], method):
+        raise TypeError(f"the run's rollout engines have no {method!r}: build the run after "
+                        f"with_engine_mixin({mixin.__name__}) (or with policy_graph.rollout_class returning "
+                        f"engine_with({mixin.__name__}))")
+
+
 def kill_engine_in_flight(run: Any, k: int) -> None:
     """At step ``k``, rollout engine 0 dies inside that step's generate call (and Ray restarts
     it). The run's engines must have `DyingEngine` mixed in."""
     engines = run.graph["rollout"]
+    require_engine_method(engines, "die_in_next_generate", DyingEngine)
     before_step(run, k, lambda: engines.wait([engines[0].die_in_next_generate.remote()], "die_in_next_generate"))
 
 

@@ -107,6 +107,16 @@ def test_bpo_small_pack_claims_name_where_they_were_measured():
     assert claims[3]["measured"] == "seeds at the shortcut of 6: AR-cf 2, AR-literal 1, mixed-mean 3"
 
 
+
+def test_bpo_refuses_an_unknown_part_naming_the_parts(monkeypatch, capsys, tmp_path):
+    # A misspelt part would otherwise run nothing and rewrite the file's run record.
+    monkeypatch.setattr(sys, "argv", ["bpo.py", "--parts", "main,pixel", "--out", str(tmp_path / "bpo.json")])
+    with pytest.raises(SystemExit):
+        load_benchmark("bpo").main()
+    assert "--parts: unknown pixel; the parts are linear, small, main" in capsys.readouterr().err
+    assert not (tmp_path / "bpo.json").exists()
+
+
 def test_faults_claims():
     result = {"rows": [
         {"scenario": "reference", "survived": "continued", "error": None},

@@ -51,6 +51,15 @@ def uninterrupted(fault_reference) -> list[dict[str, Any]]:
 
 
 # -- a rollout engine killed with its generate call in flight ---------------------------------------
+def test_an_injection_into_engines_built_without_its_mixin_is_refused_naming_the_fix():
+    from troupe.actors.rollout_hf import HFRolloutEngine
+
+    with pytest.raises(TypeError, match=r"with_engine_mixin\(DyingEngine\)"):
+        FAULTS.require_engine_method([HFRolloutEngine], "die_in_next_generate", FAULTS.DyingEngine)
+    FAULTS.require_engine_method([FAULTS.engine_with(FAULTS.DyingEngine)], "die_in_next_generate",
+                                 FAULTS.DyingEngine)
+
+
 @pytest.mark.timeout(900)  # the first test of the module also makes the uninterrupted run (and the SFT)
 def test_engine_killed_mid_generate_is_restarted_with_metrics_identical_to_an_uninterrupted_run(
         uninterrupted, ray_local, monkeypatch, tmp_path):
