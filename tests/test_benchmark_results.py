@@ -108,6 +108,21 @@ def test_bpo_small_pack_claims_name_where_they_were_measured():
 
 
 
+
+def test_bpo_over_evaluation_claim_pairs_seeds_and_skips_step_0():
+    def seed(*accs):  # step 0 is the SFT start's evaluation: left out of the mean
+        return [{"step": 100 * i, "temporal_hard_acc": a} for i, a in enumerate(accs)]
+
+    curves = {"bpo": [seed(0.9, 0.2, 0.4), seed(0.2, 0.5, 0.5)], "grpo": [seed(0.2, 0.2, 0.2), seed(0.2, 0.2, 0.2)],
+              "grpo_2x": [seed(0.2, 0.3, 0.4), seed(0.2, 0.2, 0.2)]}
+    bench = load_benchmark("bpo")
+    assert bench.over_evals(curves)["bpo"] == pytest.approx([0.3, 0.5])
+    against_grpo, against_2x = bench.over_eval_claims("main", curves)
+    assert against_grpo["holds"] and against_grpo["measured"].startswith("per seed +0.100, +0.300")
+    assert not against_2x["holds"] and against_2x["measured"].startswith("per seed -0.050, +0.300")
+    assert bench.over_eval_claims("linear/main", {"bpo": {"reward_orig": [0.5]}}) == []
+
+
 def test_bpo_refuses_an_unknown_part_naming_the_parts(monkeypatch, capsys, tmp_path):
     # A misspelt part would otherwise run nothing and rewrite the file's run record.
     monkeypatch.setattr(sys, "argv", ["bpo.py", "--parts", "main,pixel", "--out", str(tmp_path / "bpo.json")])

@@ -131,6 +131,23 @@ def test_report_warns_when_a_view_is_distinguishable_by_nontemporal_features():
     assert "Warning" not in text and "- shuffle: held-out accuracy" in text
 
 
+
+def test_report_shows_every_question_type_beside_the_temporal_hard_ones():
+    # The five-type macro can fall on one type (measured: GRPO's counting); the report shows which.
+    ci = {"value": 0.5, "lo": 0.4, "hi": 0.6}
+    arms = {"grpo": {"step": 400, "responses_per_prompt": 5, "metrics": {"macro_acc": ci},
+                     "by_type": {"counting": {"value": 0.633, "n": 150}, "temporal_order": {"value": 0.5, "n": 4}},
+                     "hard_by_type": {"temporal_order": {"value": 0.0, "n": 2}}}}
+    summary = {"arms": arms, "sft_by_type": {"counting": {"value": 0.767, "n": 150}},
+               "sft_hard_by_type": {"temporal_order": {"value": 0.5, "n": 2}}}
+    (text,) = report_sections(BPOConfig(), summary)
+    every = text.split("Accuracy by question type, every item (items):")[1].split("Temporal-hard accuracy")[0]
+    assert "| policy | counting | temporal_order |" in every
+    assert "| SFT | 0.767 (150) | – |" in every and "| grpo | 0.633 (150) | 0.500 (4) |" in every
+    hard = text.split("Temporal-hard accuracy by question type (items):")[1]
+    assert "| SFT | 0.500 (2) |" in hard and "| grpo | 0.000 (2) |" in hard
+
+
 def test_macro_groups_is_the_three_group_mean():
     conf = np.array([0.9, 0.05, 0.05])
     recs = [item_record(_Item("temporal_order", 0, hard=True), 1, conf, ABST, []),  # hard: wrong

@@ -34,6 +34,7 @@ from troupe.algorithms.bpo.config import ARMS, Arm, BPOConfig, arm_summary
 from troupe.algorithms.bpo.evaluation import (
     METRIC_TITLES,
     METRICS,
+    accuracy_by_type,
     behaviour_metrics,
     bootstrap,
     fmt_ci,
@@ -404,9 +405,11 @@ class BPO(Algorithm):
             if "sft" not in out:  # every arm starts from the same checkpoint: step 0 is the SFT row
                 out["sft"] = bootstrap(recs[first], c.eval.bootstrap, seed=c.run.seed)
                 out["sft_hard_by_type"] = hard_by_type([recs[first]])
+                out["sft_by_type"] = accuracy_by_type([recs[first]])
             out["arms"][name] = {"step": last, **arm_summary(name, c.bpo),
                                  "metrics": bootstrap(recs[last], c.eval.bootstrap, seed=c.run.seed),
-                                 "hard_by_type": hard_by_type([recs[last]])}
+                                 "hard_by_type": hard_by_type([recs[last]]),
+                                 "by_type": accuracy_by_type([recs[last]])}
         out["claim"] = claim_check(out["arms"])
         prepared = run.prepared()
         if prepared.get("data_skipped"):
@@ -462,14 +465,11 @@ def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
     for name, a in arms.items():
         lines.append(f"| {name} (step {a['step']}) | {a['responses_per_prompt']} | "
                      + " | ".join(fmt_ci(a["metrics"].get(m)) for m in METRICS) + " |")
-    by_type = {"SFT": summary.get("sft_hard_by_type") or {},
-               **{name: a.get("hard_by_type") or {} for name, a in arms.items()}}
-    qtypes = sorted({q for v in by_type.values() for q in v})
-    if qtypes:
-        lines += ["", "Temporal-hard accuracy by question type (items):", "",
-                  "| policy | " + " | ".join(qtypes) + " |", "|" + "---|" * (len(qtypes) + 1)]
-        lines += [f"| {name} | " + " | ".join(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–"
-                                               for q in qtypes) + " |" for name, v in by_type.items()]
+    # The five-type macro's make-up (where an arm gains or loses), then the temporal-hard items alone.
+    for key, title in (("by_type", "Accuracy by question type, every item (items)"),
+                       ("hard_by_type", "Temporal-hard accuracy by question type (items)")):
+        lines += type_table(title, {"SFT": summary.get(f"sft_{key}") or {},
+                                    **{name: a.get(key) or {} for name, a in arms.items()}})
     claim = summary.get("claim")
     if claim:
         lines += ["", "### The claim (§A.5), as measured", ""] + [f"- {line}" for line in claim["lines"]]
@@ -488,6 +488,16 @@ def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
     lines += ["", "![behaviour rates](plots/behaviour_rates.png)", "",
               f"Policy started from the SFT checkpoint `{summary.get('model_path') or '?'}`."]
     return ["\n".join(lines)]
+
+
+def type_table(title: str, by_type: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """Report lines of one accuracy-by-question-type table (policies as rows); none if empty."""
+    qtypes = sorted({q for v in by_type.values() for q in v})
+    if not qtypes:
+        return []
+    lines = ["", f"{title}:", "", "| policy | " + " | ".join(qtypes) + " |", "|" + "---|" * (len(qtypes) + 1)]
+    return lines + [f"| {name} | " + " | ".join(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–"
+                                               for q in qtypes) + " |" for name, v in by_type.items()]
 
 
 def arm_table(section: dict[str, dict[str, Any]] | None, cells: dict[str, dict[str, str]]) -> BehaviorTable:
