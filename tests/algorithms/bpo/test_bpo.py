@@ -40,6 +40,24 @@ def _algo(**bpo) -> BPO:
     return algo
 
 
+def test_train_metrics_count_the_groups_whose_responses_all_scored_alike():
+    from troupe.algorithms.rollout import RolloutResult
+
+    algo = _algo(prompts_per_step=2)
+    items = algo.task.sample_items(2, "train", np.random.default_rng(0))
+    pack = algo.build_pack(ARMS["grpo"], items, np.random.default_rng(1))  # two groups of five
+    rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+    gold = torch.tensor([float(r["gold"]) for r in pack.rows])
+    answers = gold.clone()
+    answers[6] = gold[6] + 1  # one wrong answer in the second group
+    scored = RolloutResult([], rewards, {"answer": answers}, [], 0, 0.0, 0.0)
+    out = algo.train_metrics("grpo", pack, scored, torch.zeros(10))
+    assert out["zero_std_groups/grpo"] == 0.5 and out["reward/grpo"] == pytest.approx(0.9)
+    first, second = pack.rows[0]["qtype"], pack.rows[5]["qtype"]
+    assert first != second  # the round-robin deals two types
+    assert out[f"train_acc_by_type/{first}/grpo"] == 1.0 and out[f"train_acc_by_type/{second}/grpo"] == 0.8
+
+
 @pytest.mark.parametrize("anchors,num_views,per_view", [(2, 3, 1), (1, 1, 1), (1, 3, 1), (2, 2, 3)])
 def test_budget_matching_bpo_and_grpo_generate_the_same_number_of_responses(anchors, num_views, per_view):
     algo = _algo(anchors=anchors, num_views=num_views, per_view=per_view, prompts_per_step=8)

@@ -282,12 +282,24 @@ class BPO(Algorithm):
     def train_metrics(self, name: str, pack: Pack, scored: RolloutResult, adv: torch.Tensor) -> dict[str, float]:
         r = scored.rewards
         answers = scored.extras.get("answer")
+        # Groups whose responses all scored alike carry no signal (GRPO's reward/zero_std_groups). In
+        # the main job the GRPO arm's entropy collapses and, past step 300, most of its steps have
+        # every group flat (grad norm 0).
+        flat = [bool((r[pack.group_ids == g] == r[pack.group_ids == g][0]).all()) for g in torch.unique(pack.group_ids)]
         out = {f"reward/{name}": float(r.mean()), f"adv_abs/{name}": float(adv.abs().mean()),
+               f"zero_std_groups/{name}": float(np.mean(flat)),
                f"reward_errors/{name}": float(len(scored.errors)), f"views_skipped/{name}": float(pack.skipped)}
         if answers is not None:
             gold = torch.tensor([row["gold"] for row in pack.rows])
             anchors = pack.is_anchor
             out[f"train_anchor_acc/{name}"] = float((answers[anchors] == gold[anchors]).float().mean())
+            # By question type: which types the arm's updates come from, and which it loses.
+            right = (answers == gold).tolist()
+            by_type: dict[str, list[bool]] = {}
+            for row, ok, is_anchor in zip(pack.rows, right, anchors.tolist(), strict=True):
+                if is_anchor:
+                    by_type.setdefault(row["qtype"], []).append(ok)
+            out.update({f"train_acc_by_type/{q}/{name}": float(np.mean(v)) for q, v in by_type.items()})
             out[f"train_abstain/{name}"] = float((answers == -1).float().mean())
             out[f"pack_score/{name}"] = self.pack_score(pack, r, answers, gold)
         return out
