@@ -285,7 +285,8 @@ class BPO(Algorithm):
         # Groups whose responses all scored alike carry no signal (GRPO's reward/zero_std_groups). In
         # the main job the GRPO arm's entropy collapses and, past step 300, most of its steps have
         # every group flat (grad norm 0).
-        flat = [bool((r[pack.group_ids == g] == r[pack.group_ids == g][0]).all()) for g in torch.unique(pack.group_ids)]
+        groups = [r[pack.group_ids == g] for g in torch.unique(pack.group_ids)]
+        flat = [bool((x == x[0]).all()) for x in groups]
         out = {f"reward/{name}": float(r.mean()), f"adv_abs/{name}": float(adv.abs().mean()),
                f"zero_std_groups/{name}": float(np.mean(flat)),
                f"reward_errors/{name}": float(len(scored.errors)), f"views_skipped/{name}": float(pack.skipped)}
