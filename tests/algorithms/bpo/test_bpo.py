@@ -55,7 +55,7 @@ def test_train_metrics_count_the_groups_whose_responses_all_scored_alike():
     assert out["zero_std_groups/grpo"] == 0.5 and out["reward/grpo"] == pytest.approx(0.9)
     first, second = pack.rows[0]["qtype"], pack.rows[5]["qtype"]
     assert first != second  # the round-robin deals two types
-    assert out[f"train_acc_by_type/{first}/grpo"] == 1.0 and out[f"train_acc_by_type/{second}/grpo"] == 0.8
+    assert out[f"train_acc_{first}/grpo"] == 1.0 and out[f"train_acc_{second}/grpo"] == 0.8
 
 
 @pytest.mark.parametrize("anchors,num_views,per_view", [(2, 3, 1), (1, 1, 1), (1, 3, 1), (2, 2, 3)])

@@ -294,13 +294,14 @@ class BPO(Algorithm):
             gold = torch.tensor([row["gold"] for row in pack.rows])
             anchors = pack.is_anchor
             out[f"train_anchor_acc/{name}"] = float((answers[anchors] == gold[anchors]).float().mean())
-            # By question type: which types the arm's updates come from, and which it loses.
+            # By question type: which types the arm's updates come from, and which it loses (one
+            # metric name, hence one plot, per type: arms side by side).
             right = (answers == gold).tolist()
             by_type: dict[str, list[bool]] = {}
             for row, ok, is_anchor in zip(pack.rows, right, anchors.tolist(), strict=True):
                 if is_anchor:
                     by_type.setdefault(row["qtype"], []).append(ok)
-            out.update({f"train_acc_by_type/{q}/{name}": float(np.mean(v)) for q, v in by_type.items()})
+            out.update({f"train_acc_{q}/{name}": float(np.mean(v)) for q, v in by_type.items()})
             out[f"train_abstain/{name}"] = float((answers == -1).float().mean())
             out[f"pack_score/{name}"] = self.pack_score(pack, r, answers, gold)
         return out
