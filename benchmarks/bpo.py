@@ -208,8 +208,13 @@ def over_evals(curves: dict[str, Any] | None) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for arm, per_seed in (curves or {}).items():
         if isinstance(per_seed, list) and all(isinstance(c, list) for c in per_seed):
-            out[arm] = [float(np.mean([c["temporal_hard_acc"] for c in seed if c["step"] > 0])) for seed in per_seed]
+            out[arm] = [mean_after_start(seed, "temporal_hard_acc") for seed in per_seed]
     return out
+
+
+def mean_after_start(curve: list[dict[str, Any]], key: str) -> float:
+    """``key`` of one run's evaluations averaged over those after step 0 (the SFT start's)."""
+    return float(np.mean([c[key] for c in curve if c["step"] > 0]))
 
 
 def over_eval_claims(name: str, curves: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -331,7 +336,7 @@ def small_lm_part(go: Callable[..., dict[str, Any]], seeds: int,
             cell[arm] = {"order_hard_acc": order, "collapsed": sum(o < COLLAPSE for o in order)}
             if arm != "sft":
                 cell[arm]["order_hard_mean_over_evals"] = [  # the evaluations after step 0 (the SFT start's)
-                    float(np.mean([c["temporal_order"] for c in r["curves"][arm] if c["step"] > 0])) for r in runs]
+                    mean_after_start(r["curves"][arm], "temporal_order") for r in runs]
         part["cells"][f"batch{bs}"] = cell
         print(f"small packs, tiny LM, batch {bs}: collapsed seeds of {seeds}: "
               + ", ".join(f"{arm} {cell[arm]['collapsed']}" for arm in SMALL_ARMS)
