@@ -338,6 +338,7 @@ def rollout_straggler(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     timeout = args.call_timeout_s
     with grpo(work / "run", f"run.call_timeout_s={timeout}", *args.overrides) as run:
         engines = run.graph["rollout"]
+        require_engine_method(engines, "straggle", StragglingEngine)
         before_step(run, 1, lambda: engines.wait([engines[0].straggle.remote(3600)], "straggle"))
         run.run()
     step_s = next(r["time/step_s"] for r in read_rows(work / "run") if r["step"] == 1 and "time/step_s" in r)

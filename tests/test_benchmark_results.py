@@ -93,6 +93,20 @@ def test_bpo_claims():
     assert "temporal-hard" in claims[0]["claim"] and "temporal_hard_acc" in claims[3]["claim"]
 
 
+def test_bpo_claims_say_whether_grpo_raised_macro_over_the_sft_start():
+    grpo, bpo = _arm((0.2, 0.1, 0.3), (0.0, 0.0, 0.0), (0.7, 0.66, 0.74)), _arm((0.5, 0.4, 0.6), (0.5, 0.4, 0.6), (0.7, 0.66, 0.74))
+    verdict = {"temporal_hard_separated": True, "abstain_f1_separated": True, "macro_not_lower": True, "claim_holds": True}
+    below = {"main": {"arms": {"sft": _arm((0.3, 0.2, 0.4), (0.0, 0.0, 0.0), (0.71, 0.69, 0.73)), "grpo": grpo,
+                               "bpo": bpo}, "verdict": verdict}}
+    above = {"main": {"arms": {"sft": _arm((0.3, 0.2, 0.4), (0.0, 0.0, 0.0), (0.6, 0.58, 0.62)), "grpo": grpo,
+                               "bpo": bpo}, "verdict": verdict}}
+    bench = load_benchmark("bpo")
+    last = bench.claims(below)[-1]
+    assert "GRPO raises macro accuracy over the SFT start" in last["claim"]
+    assert last["measured"] == pytest.approx(0.66 - 0.73) and not last["holds"]
+    assert bench.claims(above)[-1]["measured"] == pytest.approx(0.66 - 0.62) and bench.claims(above)[-1]["holds"]
+
+
 def test_bpo_small_pack_claims_name_where_they_were_measured():
     def part(bpo: int, literal: int, mixed: int) -> dict:
         counts = {"bpo": bpo, "bpo_ar_literal": literal, "bpo_mixed_mean": mixed}

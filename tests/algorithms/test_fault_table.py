@@ -58,6 +58,10 @@ def test_an_injection_into_engines_built_without_its_mixin_is_refused_naming_the
         FAULTS.require_engine_method([HFRolloutEngine], "die_in_next_generate", FAULTS.DyingEngine)
     FAULTS.require_engine_method([FAULTS.engine_with(FAULTS.DyingEngine)], "die_in_next_generate",
                                  FAULTS.DyingEngine)
+    # The straggler row checks its mixin the same way.
+    with pytest.raises(TypeError, match=r"with_engine_mixin\(StragglingEngine\)"):
+        FAULTS.require_engine_method([FAULTS.engine_with(FAULTS.DyingEngine)], "straggle", FAULTS.StragglingEngine)
+    FAULTS.require_engine_method([FAULTS.engine_with(FAULTS.StragglingEngine)], "straggle", FAULTS.StragglingEngine)
 
 
 @pytest.mark.timeout(900)  # the first test of the module also makes the uninterrupted run (and the SFT)

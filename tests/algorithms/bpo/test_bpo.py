@@ -223,6 +223,14 @@ def test_claim_check_reads_intervals():
     two = claim_check({"bpo": arm(ci(0.35), ci(0.9), ci(0.5)), "grpo": arm(ci(0.3), ci(0.0), ci(0.72)),
                        "grpo_2x": arm(ci(0.3), ci(0.85), ci(0.72))})
     assert two["grpo_2x_closes_gap"] == {"abstain_f1": True} and "closes the gap on abstain_f1" in two["lines"][-1]
+    # With the SFT start: GRPO's macro accuracy against it, a line of its own.
+    assert "grpo_macro_over_sft" not in good
+    flat = claim_check({"bpo": arm(ci(0.6), ci(0.9), ci(0.7)), "grpo": arm(ci(0.3), ci(0.0), ci(0.72))},
+                       {"macro_acc": ci(0.7)})
+    assert not flat["grpo_macro_over_sft"] and flat["lines"][-1].endswith("not raised")
+    up = claim_check({"bpo": arm(ci(0.6), ci(0.9), ci(0.7)), "grpo": arm(ci(0.3), ci(0.0), ci(0.72))},
+                     {"macro_acc": ci(0.55)})
+    assert up["grpo_macro_over_sft"] and up["holds"] and "GRPO higher, intervals apart" in up["lines"][-1]
 
 
 def test_config_errors_name_the_key():
