@@ -107,6 +107,22 @@ def test_bpo_claims_say_whether_grpo_raised_macro_over_the_sft_start():
     assert bench.claims(above)[-1]["measured"] == pytest.approx(0.66 - 0.62) and bench.claims(above)[-1]["holds"]
 
 
+def test_bpo_claims_check_the_order_of_the_advantage_modes_where_all_three_trained():
+    bench = load_benchmark("bpo")
+    arms = {name: _arm((0.3, 0.2, 0.4), (0.5, 0.4, 0.6), (macro, macro - 0.02, macro + 0.02))
+            for name, macro in (("grpo", 0.7), ("bpo", 0.73), ("bpo_mixed_mean", 0.75), ("bpo_ar_literal", 0.70))}
+    verdict = {"temporal_hard_separated": False, "abstain_f1_separated": False, "macro_not_lower": True, "claim_holds": False}
+    order = [c for c in bench.claims({"main": {"arms": arms, "verdict": verdict}}) if "advantage mode" in c["claim"]]
+    assert [c["holds"] for c in order] == [False, True]  # mixed-mean above AR-cf, above AR-literal
+    assert "AR-cf >= mixed-mean" in order[0]["claim"] and "mixed-mean >= AR-literal" in order[1]["claim"]
+    assert order[0]["measured"] == "AR-cf 0.730 / mixed-mean 0.750 / AR-literal 0.700"
+    arms["bpo_mixed_mean"] = _arm((0.3, 0.2, 0.4), (0.5, 0.4, 0.6), (0.69, 0.67, 0.71))
+    assert [c["holds"] for c in bench.claims({"main": {"arms": arms, "verdict": verdict}})
+            if "advantage mode" in c["claim"]] == [True, False]
+    del arms["bpo_ar_literal"]
+    assert not [c for c in bench.claims({"main": {"arms": arms, "verdict": verdict}}) if "advantage mode" in c["claim"]]
+
+
 def test_bpo_small_pack_claims_name_where_they_were_measured():
     def part(bpo: int, literal: int, mixed: int) -> dict:
         counts = {"bpo": bpo, "bpo_ar_literal": literal, "bpo_mixed_mean": mixed}
