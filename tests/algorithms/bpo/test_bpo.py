@@ -166,6 +166,24 @@ def test_report_shows_every_question_type_beside_the_temporal_hard_ones():
     assert "| SFT | 0.500 (2) |" in hard and "| grpo | 0.000 (2) |" in hard
 
 
+def test_report_gives_the_sampled_abstention_rate_when_abstention_f1_does_not_separate():
+    from troupe.algorithms.bpo.algorithm import late_abstain_rates
+
+    history = [{"step": s, "train_abstain/bpo": 0.5 if s < 10 else 0.01, "train_abstain/grpo": 0.0} for s in range(60)]
+    assert late_abstain_rates(history, ["bpo", "grpo", "aug_grpo"]) == {"bpo": pytest.approx(0.01), "grpo": 0.0}
+
+    ci = lambda v: {"value": v, "lo": v - 0.05, "hi": v + 0.05}  # noqa: E731
+    arm = lambda th, f1: {"step": 400, "responses_per_prompt": 5,  # noqa: E731
+                          "metrics": {"temporal_hard_acc": ci(th), "abstain_f1": ci(f1), "macro_acc": ci(0.7)}}
+    arms = {"grpo": arm(0.2, 0.0), "bpo": arm(0.4, 0.0)}
+    summary = {"arms": arms, "claim": claim_check(arms), "train_abstain_end": {"bpo": 0.004}}
+    (text,) = report_sections(BPOConfig(), summary)
+    assert "abstained 0.4% of the time over its last 50 steps" in text
+    arms["bpo"] = arm(0.4, 0.8)  # separated: nothing to explain
+    (text,) = report_sections(BPOConfig(), {**summary, "arms": arms, "claim": claim_check(arms)})
+    assert "abstained" not in text
+
+
 def test_macro_groups_is_the_three_group_mean():
     conf = np.array([0.9, 0.05, 0.05])
     recs = [item_record(_Item("temporal_order", 0, hard=True), 1, conf, ABST, []),  # hard: wrong
