@@ -212,8 +212,8 @@ def claims(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def adv_order_claims(name: str, arms: dict[str, Any]) -> list[dict[str, Any]]:
     """§A.5's order of the advantage modes on macro accuracy, AR-cf >= mixed-mean >= AR-literal,
-    one claim per step of it (point estimates: §A.5 gives points, and its own risk list expects AR-literal may not beat
-    mixed-mean), for a part that trained all three."""
+    one claim per step of it, for a part that trained all three. Point estimates: §A.5 gives
+    points, and its own risk list expects AR-literal may not beat mixed-mean."""
     modes = {"AR-cf": "bpo", "mixed-mean": "bpo_mixed_mean", "AR-literal": "bpo_ar_literal"}
     if not all(arm in arms for arm in modes.values()):
         return []

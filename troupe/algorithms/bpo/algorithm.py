@@ -297,7 +297,7 @@ class BPO(Algorithm):
             # By question type: which types the arm's updates come from, and which it loses (one
             # metric name, hence one plot, per type: arms side by side).
             right = (answers == gold).tolist()
-            on_anchors = [{"qtype": row["qtype"], "correct": ok, "hard": False}
+            on_anchors = [{"qtype": row["qtype"], "correct": ok}
                           for row, ok, is_anchor in zip(pack.rows, right, anchors.tolist(), strict=True) if is_anchor]
             out.update({f"train_acc_{q}/{name}": float(a["value"])
                         for q, a in accuracy_by_type([on_anchors]).items()})

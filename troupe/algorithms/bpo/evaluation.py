@@ -91,7 +91,7 @@ def accuracy_by_type(records_by_seed: Sequence[Sequence[dict[str, Any]]], hard_o
     by: dict[str, list[bool]] = {}
     for records in records_by_seed:
         for r in records:
-            if r["hard"] or not hard_only:
+            if not hard_only or r["hard"]:  # records without a hard flag count when all items do
                 by.setdefault(r["qtype"], []).append(r["correct"])
     return {q: {"value": sum(v) / len(v), "n": len(v)} for q, v in sorted(by.items())}
 
