@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -95,6 +96,7 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
           f"run.num_cpus={max(4, 2 * len(arms))}", *overrides]
     if steps is not None:
         ov.append(f"run.steps={steps}")
+    shutil.rmtree(out, ignore_errors=True)  # a previous result there would mix into this one's evaluations
     t0 = time.perf_counter()
     with Run("bpo", preset=preset, overrides=ov, out=out) as run:
         summary = run.run()

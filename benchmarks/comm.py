@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -209,6 +210,7 @@ def lm_task(seeds: list[int], overrides: list[str], workdir: Path) -> dict:
         out = workdir / f"comm-seed{seed}"
         over = ["run.progress=false", f"run.seed={seed}", f"main.model.sft.seed={seed}",
                 f"executor.model.sft.seed={seed}", *overrides]
+        shutil.rmtree(out, ignore_errors=True)  # a previous seed's run there: start afresh
         with Run("comm", overrides=over, out=out) as r:
             r.run()
         res = json.loads((out / "comm" / "results.json").read_text())

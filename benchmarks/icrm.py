@@ -49,6 +49,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -350,6 +351,7 @@ def lm_task(seeds: list[int], overrides: list[str], workdir: Path) -> dict:
         t0 = time.perf_counter()
         out = workdir / f"icrm-seed{seed}"
         over = ["run.progress=false", f"run.seed={seed}", f"data.seed={seed}", f"train.seed={seed}", *overrides]
+        shutil.rmtree(out, ignore_errors=True)  # a previous seed's run there: start afresh
         with Run("icrm", overrides=over, out=out) as r:
             r.run()
         summary = json.loads((out / "summary.json").read_text())
@@ -379,6 +381,7 @@ def arithmetic(seed: int, overrides: list[str], workdir: Path) -> dict:
     t0 = time.perf_counter()
     out = workdir / f"icrm-arithmetic-seed{seed}"
     over = ["run.progress=false", f"run.seed={seed}", f"data.seed={seed}", f"train.seed={seed}", *overrides]
+    shutil.rmtree(out, ignore_errors=True)
     with Run("icrm", preset="arithmetic", overrides=over, out=out) as r:
         r.run()
     summary = json.loads((out / "summary.json").read_text())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def run_comparison(seeds: int, queries: int, populations: list[dict], workers: i
         "workers": {"count": workers, "num_cpus": 1.0},
     })
     t0 = time.perf_counter()
+    shutil.rmtree(out, ignore_errors=True)  # a previous comparison's run there: start afresh
     with Run("ivdesign", config=cfg, out=out) as run:
         summary = run.run()
     summary["wall_s"] = time.perf_counter() - t0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def run_streams(streams: int, n: int, workers: int, particles: int, out: Path) -
                 "num_cpus": workers},
     })
     t0 = time.perf_counter()
+    shutil.rmtree(out, ignore_errors=True)  # a previous run there: start afresh
     with Run("judge", config=cfg, out=out) as run:
         summary = run.run()
     results = json.loads((out / "judge" / "results.json").read_text())

@@ -182,6 +182,20 @@ def test_an_unknown_storage_scheme_is_refused_naming_run_out(tmp_path):
         Run("walk_test", resume=f"file://{tmp_path}/nothing")
 
 
+def test_a_new_run_refuses_a_directory_that_holds_one(tmp_path, monkeypatch):
+    # A second run there would append to the first's metrics; resuming it is what --resume is for.
+    monkeypatch.setenv("TROUPE_STAGING_DIR", str(tmp_path / "staging"))
+    for where in (tmp_path / "run", f"file://{tmp_path}/shared/run"):
+        with Run("walk_test", out=where, overrides=["run.progress=false", "run.steps=2"]) as run:
+            run.run()
+        with pytest.raises(ConfigError, match=r"--out '.*run' already holds a run \(config.yaml, metrics.jsonl\); "
+                                              r"pass --resume .*run to continue it"):
+            Run("walk_test", out=where, overrides=["run.progress=false"])
+        with Run("walk_test", resume=where, overrides=["run.steps=3"]) as run:
+            run.run()
+            assert run.step_index == 3
+
+
 def test_a_run_inside_a_jobs_temporary_working_directory_is_warned_about(tmp_path, monkeypatch, caplog):
     job_dir = tmp_path / "session" / "runtime_resources" / "working_dir_files" / "_ray_pkg_1"
     job_dir.mkdir(parents=True)

@@ -53,6 +53,10 @@ def check_staleness(name: str, cls: type[Algorithm], staleness: int) -> None:
                           f"(the algorithms that do: {', '.join(able)}); set run.staleness=0")
 
 
+# Files a run directory holds from its first step: their presence means the directory is taken.
+RUN_FILES = ("config.yaml", "metrics.jsonl")
+
+
 class Run:
     """One run of one algorithm: config → run directory → actor graph → steps → report."""
 
@@ -87,8 +91,14 @@ class Run:
             if is_uri(where):
                 self.remote = RemoteRunDir(where)
                 self.run_dir = staging_dir(algorithm)
+                held = [name for name in RUN_FILES if self.remote.has(name)]
             else:
                 self.run_dir = Path(where)
+                held = [name for name in RUN_FILES if (self.run_dir / name).exists()]
+            if held:
+                # A second run there would append to the first's metrics and leave its evaluations beside its own.
+                raise ConfigError(f"--out {where!r} already holds a run ({', '.join(held)}); pass --resume {where} "
+                                  "to continue it, or another --out (or delete the directory) for a new run")
         self.location = self.remote.uri if self.remote else str(self.run_dir)
         if self.resume_dir is not None or config is not None:
             # Unknown names (a loss, a task, a backend) fail here, before any actor starts.
