@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from troupe import Run
-from troupe.algorithms.bpo.algorithm import BPO, call_advantage, claim_check, report_sections
+from troupe.algorithms.bpo.algorithm import (
+    BPO,
+    NullPriorSFT,
+    PixelSFTTask,
+    call_advantage,
+    claim_check,
+    report_sections,
+)
 from troupe.algorithms.bpo.config import ARMS, BPOConfig, BPOSettings
 from troupe.algorithms.bpo.evaluation import (
     accuracy_by_type,
@@ -262,6 +269,32 @@ def test_config_errors_name_the_key():
         resolve(BPOConfig, BPO.presets_dir(), None, ["reward.kind=model", "reward.path=some/rm"])
     cfg = resolve(BPOConfig, BPO.presets_dir(), "smoke", ["bpo.adv_mode=ar_literal", "task.cue_strength=0.6"])
     assert cfg.bpo.adv_mode == "ar_literal" and cfg.task.cue_strength == 0.6
+    with pytest.raises(ConfigError, match="task.sft_null_share"):
+        resolve(BPOConfig, BPO.presets_dir(), None, ["task.sft_null_share=1.0"])
+    with pytest.raises(ConfigError, match="task.sft_null_abstain"):
+        resolve(BPOConfig, BPO.presets_dir(), None, ["task.sft_null_abstain=-0.1"])
+
+
+@pytest.mark.parametrize("pixels", [False, True])
+def test_null_prior_rows_are_blank_clips_that_abstain_at_the_set_rate(pixels):
+    task = VideoQATask(fixed_queries=True)
+    inner = PixelSFTTask(task) if pixels else task
+    rows = NullPriorSFT(inner, task, share=0.3, abstain=0.2).sample(2000, "train", np.random.default_rng(0))
+
+    def blank(row):
+        return not row["frames"].any() if pixels else set(row["prompt"].split("\n", 1)[1]) <= {"|", " ", "-"}
+
+    assert not any(blank(r) for r in inner.sample(200, "train", np.random.default_rng(1)))
+    null = [r for r in rows if blank(r)]
+    assert abs(len(null) / len(rows) - 0.3) < 0.04
+    abstained = [r["answer"] == r["item"].letters[r["item"].abstain_index] for r in null]
+    assert abs(np.mean(abstained) - 0.2) < 0.05
+    # The other answers spread over every other option (each a guess, not the gold).
+    others = {r["answer"] for r, a in zip(null, abstained, strict=True) if not a and r["item"].qtype == "counting"}
+    assert others == {"A", "B", "C"}
+    # A share of 0 leaves the task's rows as they are, row for row.
+    same = NullPriorSFT(inner, task, share=0.0, abstain=0.2).sample(50, "train", np.random.default_rng(3))
+    assert [r["answer"] for r in same] == [r["answer"] for r in inner.sample(50, "train", np.random.default_rng(3))]
 
 
 def _train_rows(run_dir):

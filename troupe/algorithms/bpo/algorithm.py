@@ -87,11 +87,40 @@ class PixelSFTTask:
                  else [self.items[i] for i in rng.integers(0, len(self.items), n)])
         for it in items:
             px = self.task.render_pixels(it) if self.items is None else it
-            out.append({"prompt": self.task.pixel_prompt(it), "answer": it.gold_letter, "frames": px.frames})
+            out.append({"prompt": self.task.pixel_prompt(it), "answer": it.gold_letter, "frames": px.frames,
+                        "item": it})
         return out
 
     def corpus(self, n: int = 4000, seed: int = 0) -> list[str]:
         return self.task.corpus(n, seed)
+
+
+class NullPriorSFT:
+    """An SFT task whose rows are, with probability ``share``, the null (blank) view of their
+    clip, answered with the abstain option with probability ``abstain`` and otherwise with one
+    of the item's other options drawn uniformly: the SFT start then abstains on blank clips
+    that often when sampling (``task.sft_null_share``, ``task.sft_null_abstain``)."""
+
+    def __init__(self, inner: Any, task: VideoQATask, share: float, abstain: float) -> None:
+        self.inner, self.task, self.share, self.abstain = inner, task, share, abstain
+
+    def sample(self, n: int, split: str, rng: np.random.Generator) -> list[dict]:
+        rows = self.inner.sample(n, split, rng)
+        for i in np.flatnonzero(rng.random(len(rows)) < self.share):
+            rows[i] = self.null_row(rows[i], rng)
+        return rows
+
+    def null_row(self, row: dict, rng: np.random.Generator) -> dict:
+        item: VideoItem = row["item"]
+        letters = item.letters
+        answer = letters[item.abstain_index] if rng.random() < self.abstain else \
+            letters[rng.choice([i for i in range(len(letters)) if i != item.abstain_index])]
+        if row.get("frames") is not None:  # pixels: the prompt holds no frames
+            return {**row, "frames": np.zeros_like(row["frames"]), "answer": answer}
+        return {**row, "prompt": self.task.prompt(apply_view(item, "null")), "answer": answer}
+
+    def corpus(self, n: int = 4000, seed: int = 0) -> list[str]:
+        return self.inner.corpus(n, seed)
 
 
 class BPO(Algorithm):
@@ -123,6 +152,8 @@ class BPO(Algorithm):
         if self.train_items is None and c.eval.view_check_clips:
             facts["view_check"] = self.check_views()
         sft_task = PixelSFTTask(self.task, self.train_items) if self.pixels else self.task
+        if c.task.sft_null_share > 0:
+            sft_task = NullPriorSFT(sft_task, self.task, c.task.sft_null_share, c.task.sft_null_abstain)
         prepare_policy(c.model, sft_task, to_dict(c.task), facts)
         reward_kwargs = {"c_fa": c.bpo.c_fa, "r_fmt": c.bpo.r_fmt}
         self.arms = {name: PolicyGraph(c, facts["model_path"], reward_kwargs, prefix=f"{name}_", shared_roles=i == 0)
@@ -493,7 +524,9 @@ def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
             lines.append(f"- Why abstention F1 did not separate, as far as this run shows: BPO's sampled training "
                          f"answers abstained {rate:.1%} of the time over its last {ABSTAIN_WINDOW} steps. Its reward "
                          "can raise abstention only once it is sampled on an ABST view; from an SFT start that "
-                         "never abstains that happens in some seeds only (docs/bpo.md).")
+                         "never abstains that happens in some seeds only, and the start's abstention prior "
+                         "(`task.sft_null_share`, `task.sft_null_abstain`) sets how often it is sampled "
+                         "(docs/bpo.md).")
         lines += ["", "One run, one seed, on this run's task and policy. §A.5's own benchmark (a softmax-linear "
                   "policy that cannot tell a shuffled clip from the original) is "
                   "`python benchmarks/bpo.py --parts linear`; pooled figures for this setting are in "

@@ -59,6 +59,23 @@ class TaskConfig(VideoQAConfig):
     # On by default: with questions about varying objects the tiny LM stays at chance on every
     # type for 1200 SFT steps (it must bind the question to the frames before it perceives).
     fixed_queries: bool = True
+    # The SFT start's abstention prior, the LM's counterpart of §A.5's abstain bias of -1 [ASM]
+    # (which has the linear SFT policy abstain on a blank clip 15% of the time when sampling,
+    # never when greedy): this share of SFT rows are null (blank) clips, labelled with the abstain
+    # option with probability `sft_null_abstain` and with one of the other options, drawn
+    # uniformly, otherwise. The fitted start samples abstention on blank clips 0.03-0.15 of the
+    # time by type (0.05 and 0.1 gave 0.00-0.06) and never abstains greedily. Without it (share 0)
+    # the start never abstains, and BPO learns abstention only in seeds that happen to sample it
+    # on an ABST view (docs/bpo.md).
+    sft_null_share: float = 0.2
+    sft_null_abstain: float = 0.15
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 <= self.sft_null_share < 1, "task.sft_null_share", self.sft_null_share,
+              "a share of SFT rows in [0, 1); 0 fits the SFT start on original clips only")
+        check(0 <= self.sft_null_abstain <= 1, "task.sft_null_abstain", self.sft_null_abstain,
+              "a probability in [0, 1]")
 
 
 @dataclasses.dataclass
