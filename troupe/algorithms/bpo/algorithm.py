@@ -48,7 +48,7 @@ from troupe.algorithms.rollout import RolloutResult
 from troupe.algorithms.sft import prepare_policy
 from troupe.envs.video_qa.distinguishability import describe as describe_views
 from troupe.envs.video_qa.items import LETTERS, TEMPORAL_QTYPES, VideoItem, parse_answer
-from troupe.envs.video_qa.synthetic import VideoQAConfig, VideoQATask
+from troupe.envs.video_qa.synthetic import VideoQATask
 from troupe.envs.video_qa.views import BehaviorTable, ViewUnavailable, apply_view, select_views
 from troupe.platform.algorithm import Algorithm, Report
 from troupe.platform.checkpoint import atomic_write_json, atomic_write_text
@@ -132,8 +132,7 @@ class BPO(Algorithm):
     def __init__(self, config: BPOConfig, ctx: Any) -> None:
         super().__init__(config, ctx)
         c = config
-        task_fields = {f.name for f in dataclasses.fields(VideoQAConfig)}
-        self.task = VideoQATask(VideoQAConfig(**{k: v for k, v in to_dict(c.task).items() if k in task_fields}))
+        self.task = VideoQATask(c.task)  # TaskConfig is a VideoQAConfig: the task reads its own fields
         self.pixels = c.task.rendering == "pixels"
         self.table = BehaviorTable.from_dict(c.bpo.behavior_table)
         self.data_skipped: dict[str, dict[str, int]] = {}
