@@ -496,18 +496,17 @@ def main() -> None:
         result["cue_sweep"] = {}
         # Overrides that leave a run's end point as it is (evaluations draw no training randomness).
         outcome_sets = [s for s in args.set if not s.startswith("run.eval_every=")]
+        # The default cell is part 1's comparison (arms train independently), whether part 1 ran
+        # now, under the same overrides, or was saved and no override here changes an outcome.
+        main_fits = "main" in result and (bool(main_runs and args.main_key == "main") or not outcome_sets)
         for cue in CUES:
-            if cue == 0.85 and not main_runs and "main" in result and not outcome_sets:
-                # The default cell is part 1's saved comparison (arms train independently).
+            if cue == 0.85 and main_fits:
                 rows = {arm: result["main"]["arms"][arm] for arm in ("sft", "grpo", "bpo")}
                 result["cue_sweep"][str(cue)] = {"arms": rows, "verdict": verdict(rows), "from": "main"}
-                print_table(f"Part 3: cue strength {cue} (part 1's saved arms)", rows)
+                print_table(f"Part 3: cue strength {cue} (part 1's arms)", rows)
                 continue
-            if cue == 0.85 and main_runs:  # the default: part 1's GRPO and BPO arms (arms train independently)
-                runs = main_runs[: args.sweep_seeds]
-            else:
-                runs = [go(f"cue{cue}-s{s}", ["grpo", "bpo"], s, [f"task.cue_strength={cue}"])
-                        for s in range(args.sweep_seeds)]
+            runs = [go(f"cue{cue}-s{s}", ["grpo", "bpo"], s, [f"task.cue_strength={cue}"])
+                    for s in range(args.sweep_seeds)]
             rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
             result["cue_sweep"][str(cue)] = {"arms": rows, "verdict": verdict(rows)}
             print_table(f"Part 3: cue strength {cue}", rows)
