@@ -4,7 +4,8 @@ Part 1 trains every arm of §A.3 from one SFT checkpoint, side by side in one ru
 budget-matched GRPO, GRPO with 2x rollouts, Aug-GRPO, BPO (AR-cf), BPO with random views,
 and BPO under each other advantage mode (AR-literal, mixed-mean, mixed-meanstd). Intervals
 pool seeds and items (each resample draws items within every seed).
-Part 2 sweeps the pack size (2, 4, 8) for GRPO and BPO at the same budget.
+Part 2 sweeps the pack size (2, 4, 8) for GRPO and BPO at the same budget, and size 2 with
+`bpo.rotate_slots` (a one-view pack otherwise never holds the null view); ``--packs`` picks cells.
 Part 3 sweeps the spurious cue's strength (0.6 .. 0.95): where does BPO's temporal-hard gain
 appear, and where does GRPO learn the order by itself?
 Part 4 sweeps §A.5's noisy perception of order (``task.order_noise``: a rendering shows the
@@ -59,8 +60,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent
 ARMS_MAIN = ["grpo", "grpo_2x", "aug_grpo", "bpo", "bpo_random", "bpo_ar_literal", "bpo_mixed_mean",
              "bpo_mixed_meanstd"]
-PACKS = {2: {"anchors": 1, "num_views": 1, "per_view": 1}, 4: {"anchors": 1, "num_views": 3, "per_view": 1},
-         8: {"anchors": 2, "num_views": 3, "per_view": 2}}
+PACKS = {"2": {"anchors": 1, "num_views": 1, "per_view": 1}, "4": {"anchors": 1, "num_views": 3, "per_view": 1},
+         "8": {"anchors": 2, "num_views": 3, "per_view": 2},
+         # A one-view pack holds only §A.2's first slot (STAB-or-SENS) and never the null view;
+         # rotating the slots over a step's prompts gives abstention a share of the views.
+         "2-rotated": {"anchors": 1, "num_views": 1, "per_view": 1, "rotate_slots": True}}
 CUES = [0.6, 0.75, 0.85, 0.95]
 # (order_noise, cue_strength) around the default (0.2, 0.85), §A.5's setting and part 1's: frames
 # more reliable than the cue, less reliable at the same cue, and less reliable against a stronger one.
@@ -405,6 +409,7 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--parts", default="linear,main,pack,cue,noise,pixels",
                     help=f"comma list of {', '.join(PARTS)}")
+    ap.add_argument("--packs", default=",".join(PACKS), help=f"part pack's cells, a comma list of {', '.join(PACKS)}")
     ap.add_argument("--main-arms", default=",".join(ARMS_MAIN),
                     help="part main's arms (default: every baseline; grpo,grpo_2x,bpo for the claim alone)")
     ap.add_argument("--main-key", default="main",
@@ -417,6 +422,8 @@ def main() -> None:
     parts = set(args.parts.split(","))
     if unknown := sorted(parts - set(PARTS)):
         ap.error(f"--parts: unknown {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+    if unknown := sorted(set(args.packs.split(",")) - set(PACKS)):
+        ap.error(f"--packs: unknown {', '.join(unknown)}; the cells are {', '.join(PACKS)}")
     work = Path(args.work)
     out = Path(args.out)
     # Parts not run this time keep their saved figures (and the settings they were run with).
@@ -429,8 +436,18 @@ def main() -> None:
     def go(name: str, arms: list[str], seed: int, overrides: list[str], preset: str | None = None) -> dict[str, Any]:
         return train(work / name, arms, seed, args.steps, [*overrides, *args.set], preset)
 
-    def save() -> None:  # after every part: a long run interrupted keeps what it measured
-        result["runs"][",".join(sorted(parts))] = {**run_info, "wall_s": time.perf_counter() - t_all}
+    done: set[str] = set()  # the parts this invocation has saved figures of
+    record: list[str] = []  # the key its run record was last written under
+
+    def save(part: str | None = None) -> None:  # after every part: an interrupted run keeps what it measured
+        # The run's record is keyed by the parts it saved, so an interrupted run names no part it never wrote.
+        done.update([part] if part else [])
+        if done:
+            key = ",".join(sorted(done)) + (f"[{args.packs}]" if "pack" in done and args.packs != ",".join(PACKS) else "")
+            if record and record[0] != key:
+                result["runs"].pop(record[0], None)
+            record[:] = [key]
+            result["runs"][key] = {**run_info, "wall_s": time.perf_counter() - t_all}
         result["claims"] = claims(result)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp")
@@ -440,14 +457,14 @@ def main() -> None:
     if "linear" in parts:
         def keep_linear(part: dict[str, Any]) -> None:
             result["linear"] = part
-            save()
+            save("linear")
 
         keep_linear(linear_part(args.bootstrap, keep_linear))
 
     if "small" in parts:
         def keep_small(part: dict[str, Any]) -> None:
             result["small_packs"] = part
-            save()
+            save("small")
 
         keep_small(small_packs_part(keep_small))
         for c in small_claims(result["small_packs"]):
@@ -471,26 +488,27 @@ def main() -> None:
         result[args.main_key] = {"arms": rows, "verdict": verdict(rows), "steps": args.steps, "curves": curves,
                                  "wall_s": [r["wall_s"] for r in main_runs]}
         print(json.dumps(result[args.main_key]["verdict"], indent=1))
-        save()
+        save("main")
 
     if "small_lm" in parts:
         def keep_small_lm(part: dict[str, Any]) -> None:
             result["small_packs_lm"] = part
-            save()
+            save("small_lm")
 
         keep_small_lm(small_lm_part(go, args.seeds, keep_small_lm))
         for c in small_claims(result["small_packs_lm"], "tiny LM"):
             print(f"  {c['claim']}: {c['measured']} ({'holds' if c['holds'] else 'does not hold'})")
 
     if "pack" in parts:
-        result["pack_sweep"] = {}
-        for size, shape in PACKS.items():
+        result.setdefault("pack_sweep", {})  # cells not run this time keep their saved figures
+        for size in args.packs.split(","):
+            shape = PACKS[size]
             ov = [f"bpo.{k}={v}" for k, v in shape.items()]
             runs = [go(f"pack{size}-s{s}", ["grpo", "bpo"], s, ov) for s in range(args.sweep_seeds)]
             rows = table({arm: [r["records"][arm] for r in runs] for arm in ("grpo", "bpo")}, args.bootstrap)
             result["pack_sweep"][str(size)] = {"shape": shape, "arms": rows, "verdict": verdict(rows)}
             print_table(f"Part 2: pack size {size} {shape}", rows)
-            save()
+            save("pack")
 
     if "cue" in parts:
         result["cue_sweep"] = {}
@@ -510,7 +528,7 @@ def main() -> None:
             rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
             result["cue_sweep"][str(cue)] = {"arms": rows, "verdict": verdict(rows)}
             print_table(f"Part 3: cue strength {cue}", rows)
-            save()
+            save("cue")
 
     if "noise" in parts:
         result["noise_sweep"] = {}
@@ -524,7 +542,7 @@ def main() -> None:
             print_table(f"Part 4: order noise {noise}, cue strength {cue}", rows)
             for arm, r in rows.items():
                 print(f"  {arm:<6} temporal-hard by type: {r['hard_by_type']}")
-            save()
+            save("noise")
 
     if "pixels" in parts:
         runs = [go(f"pixels-s{s}", ["grpo", "bpo"], s, ["eval.num_prompts=200"], preset="vl-cpu")
@@ -533,7 +551,7 @@ def main() -> None:
         result["pixels"] = {"preset": "vl-cpu", "arms": rows, "verdict": verdict(rows),
                             "wall_s": [r["wall_s"] for r in runs]}
         print_table("Part 5: pixel rendering, tiny vision-language model (vl-cpu)", rows)
-        save()
+        save("pixels")
 
     save()
     print(f"\nwrote {out} ({time.perf_counter() - t_all:.0f}s)")

@@ -30,6 +30,7 @@ from troupe.algorithms.bpo.evaluation import (
 from troupe.cli import main
 from troupe.envs.video_qa import BehaviorTable, VideoQATask
 from troupe.envs.video_qa.items import ABST, TEMPORAL_QTYPES
+from troupe.envs.video_qa.pixels import BACKGROUNDS
 from troupe.platform.config import resolve
 from troupe.platform.errors import ConfigError
 from troupe.platform.metrics import read_metrics
@@ -102,6 +103,22 @@ def test_bpo_pack_structure_and_aug_grpo_labels():
                                                                  strict=True)}
     assert by_view[("temporal_order", "reverse")] == by_view[("action_direction", "reverse")] == "FLIP"
     assert {lab for (q, v), lab in by_view.items() if v == "reverse" and q not in TEMPORAL_QTYPES} <= {"SENS", "STAB"}
+
+
+def test_rotate_slots_gives_one_view_packs_the_null_view():
+    items = _algo().task.sample_items(30, "train", np.random.default_rng(7))
+
+    def labels(**bpo) -> list[str]:
+        pack = _algo(anchors=1, num_views=1, per_view=1, **bpo).build_pack(ARMS["bpo"], items,
+                                                                          np.random.default_rng(8))
+        return [lab for lab, a in zip(pack.labels, pack.is_anchor.tolist(), strict=True) if not a]
+
+    assert "ABST" not in labels()  # §A.2's first slot only: STAB, SENS or FLIP
+    rotated = labels(rotate_slots=True)
+    # prompts 2, 5, 8, ... start the cycle at the ABST slot (the null view applies to every item);
+    # another prompt gets it only where its slot has no candidate (the documented fallback)
+    abst = {j for j, lab in enumerate(rotated) if lab == "ABST"}
+    assert set(range(2, 30, 3)) <= abst and len(abst) < 15
 
 
 def test_a_steps_pack_is_rebuilt_the_same_so_a_rollout_generated_ahead_resumes_exactly():
@@ -282,7 +299,7 @@ def test_null_prior_rows_are_blank_clips_that_abstain_at_the_set_rate(pixels):
     rows = NullPriorSFT(inner, task, share=0.3, abstain=0.2).sample(2000, "train", np.random.default_rng(0))
 
     def blank(row):
-        return not row["frames"].any() if pixels else set(row["prompt"].split("\n", 1)[1]) <= {"|", " ", "-"}
+        return (row["frames"] == BACKGROUNDS["mean"]).all() if pixels else set(row["prompt"].split("\n", 1)[1]) <= {"|", " ", "-"}
 
     assert not any(blank(r) for r in inner.sample(200, "train", np.random.default_rng(1)))
     null = [r for r in rows if blank(r)]

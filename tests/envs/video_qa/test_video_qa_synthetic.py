@@ -11,7 +11,7 @@ from troupe.envs.video_qa import (
     VideoQATask,
     parse_answer,
 )
-from troupe.envs.video_qa.pixels import RGB, cell_box
+from troupe.envs.video_qa.pixels import BACKGROUNDS, RGB, cell_box
 from troupe.envs.video_qa.synthetic import backwards
 from troupe.platform.errors import ConfigError, DataError
 from troupe.platform.registry import ENVIRONMENTS
@@ -259,12 +259,22 @@ def test_pixel_rendering_agrees_with_symbolic(task, items):
                 x0, y0, x1, y1 = cell_box(o.x, o.y, 56, 5)
                 assert tuple(frame[y0 + cell // 2, x0 + cell // 2]) == RGB[o.name.split()[0]]
                 drawn[y0:y1, x0:x1] = True
-            assert not frame[~drawn].any()  # black outside the objects' cells
+            assert (frame[~drawn] == BACKGROUNDS["mean"]).all()  # the background outside the objects' cells
         if it.target is None:
             assert px.boxes is None
         else:
             vis = visible(it, it.target)
             assert [t for t in range(8) if not np.isnan(px.boxes[t]).any()] == vis
+
+
+def test_pixel_background_is_a_flag_and_a_bad_one_names_the_choices(items):
+    black = VideoQATask(pixel_background="black").render_pixels(items[0])
+    mean = VideoQATask().render_pixels(items[0])
+    empty = (mean.frames == BACKGROUNDS["mean"]).all(-1)
+    assert empty.any() and not black.frames[empty].any()  # the same empty pixels, black
+    assert np.array_equal(black.frames[~empty], mean.frames[~empty])  # the objects unchanged
+    with pytest.raises(ConfigError, match="pixel_background='grey'.*mean, black"):
+        VideoQATask(pixel_background="grey")
 
 
 def test_fixed_queries_ask_about_the_same_objects():

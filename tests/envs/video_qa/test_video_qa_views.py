@@ -14,6 +14,7 @@ from troupe.envs.video_qa import (
     render_symbolic,
     select_views,
 )
+from troupe.envs.video_qa.pixels import BACKGROUNDS
 from troupe.platform.errors import DataError
 
 
@@ -87,7 +88,7 @@ def test_mask_blanks_the_support_only(task, items):
         assert sym.num_frames == px.num_frames == 8 and sym.meta["view"] == "mask"
         for t in range(8):
             if s <= t <= e:
-                assert sym.frames.frames[t] == [] and not px.frames[t].any()
+                assert sym.frames.frames[t] == [] and (px.frames[t] == BACKGROUNDS["mean"]).all()
             else:
                 assert sym.frames.frames[t] == it.frames.frames[t]
         if it.target is not None:
@@ -122,6 +123,15 @@ def test_occlude_hides_the_target_everywhere(task, items):
             assert np.array_equal(rest, outside)  # ... and the other objects untouched
 
 
+def test_blank_frames_take_the_renderings_background(items):
+    # On the former black rendering a blank frame is black; where an item names no background
+    # (a real video) it is the normalisation's mean, about zero to the model.
+    black = VideoQATask(pixel_background="black").render_pixels(items[3])
+    assert black.meta["background"] == "black" and not apply_view(black, "null").frames.any()
+    unset = black.replace(meta={k: v for k, v in black.meta.items() if k != "background"})
+    assert (apply_view(unset, "null").frames == BACKGROUNDS["mean"]).all()
+
+
 def test_null_frames_are_identical_and_empty(task, items):
     for x in both(task, items[3]):
         v = apply_view(x, "null")
@@ -129,7 +139,7 @@ def test_null_frames_are_identical_and_empty(task, items):
         if isinstance(x.frames, SymbolicFrames):
             assert lines(v) == ["-"] * 8
         else:
-            assert not v.frames.any() and np.isnan(v.boxes).all()
+            assert (v.frames == BACKGROUNDS["mean"]).all() and np.isnan(v.boxes).all()
 
 
 def test_views_commute_with_pixel_rendering(task, items):
@@ -213,6 +223,19 @@ def test_select_views_composition(items):
         sel, skipped = select_views(of_type(items, "temporal_order"), t, 3, rng)
         assert skipped == 0 and [lab for _, lab in sel] == ["SENS", "SENS", "ABST"]
         assert len({v for v, _ in sel}) == 3 and "occlude" not in dict(sel)
+
+
+def test_select_views_slot_offset_rotates_small_packs(items):
+    t, rng = BehaviorTable(), np.random.default_rng(3)
+    item = of_type(items, "object_attribute")
+    # One view: offset 0 keeps the STAB-or-SENS slot (never ABST); offsets 1, 2 reach SENS and ABST.
+    assert {select_views(item, t, 1, rng)[0][0][1] for _ in range(30)} <= {"STAB", "SENS"}
+    assert [select_views(item, t, 1, rng, slot_offset=k)[0][0][1] for k in (1, 2, 5)] == ["SENS", "ABST", "ABST"]
+    labels = [lab for _, lab in select_views(item, t, 2, rng, slot_offset=2)[0]]
+    assert labels[0] == "ABST" and labels[1] in ("STAB", "SENS")
+    # A full pack holds every slot: the offset changes nothing.
+    a = select_views(item, t, 3, np.random.default_rng(4), slot_offset=1)
+    assert a == select_views(item, t, 3, np.random.default_rng(4))
 
 
 def test_select_views_skips_unavailable_and_falls_back(items):

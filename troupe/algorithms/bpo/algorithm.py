@@ -115,9 +115,10 @@ class NullPriorSFT:
         letters = item.letters
         answer = letters[item.abstain_index] if rng.random() < self.abstain else \
             letters[rng.choice([i for i in range(len(letters)) if i != item.abstain_index])]
+        null = apply_view(item, "null")  # the null view training uses, in either rendering
         if row.get("frames") is not None:  # pixels: the prompt holds no frames
-            return {**row, "frames": np.zeros_like(row["frames"]), "answer": answer}
-        return {**row, "prompt": self.task.prompt(apply_view(item, "null")), "answer": answer}
+            return {**row, "frames": self.task.render_pixels(null).frames, "answer": answer}
+        return {**row, "prompt": self.task.prompt(null), "answer": answer}
 
     def corpus(self, n: int = 4000, seed: int = 0) -> list[str]:
         return self.inner.corpus(n, seed)
@@ -234,7 +235,7 @@ class BPO(Algorithm):
             if arm.views:
                 first = ("reverse",) if s.reverse_in_temporal_packs and item.qtype in TEMPORAL_QTYPES else ()
                 picked, n_skip = select_views(item, table, s.num_views, rng, random_views=arm.random_views,
-                                              first=first)
+                                              first=first, slot_offset=j if s.rotate_slots else 0)
                 skipped += n_skip
                 plan = [("orig", "ORIG")] * s.anchors + [(v, lab) for v, lab in picked for _ in range(s.per_view)]
             else:

@@ -106,6 +106,10 @@ class BPOSettings:
     # Every temporal pack holds the reverse view (where the item has it): the view that flips the
     # order and keeps every other statistic. False: the views of §A.2's slots, drawn at random.
     reverse_in_temporal_packs: bool = True
+    # Packs of fewer than three views (num_views < 3) hold only the first of §A.2's slots, so a
+    # one-view pack never draws ABST and abstention goes untrained. True: the prompts of a step
+    # start the slot cycle at 0, 1, 2, ... in turn, so a batch covers every slot.
+    rotate_slots: bool = False
     arms: list[str] = dataclasses.field(default_factory=lambda: ["grpo", "bpo"])
 
     def __post_init__(self) -> None:

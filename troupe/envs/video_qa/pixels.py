@@ -1,4 +1,4 @@
-"""Pixel rendering of symbolic frames: filled shapes on black, one grid cell per object.
+"""Pixel rendering of symbolic frames: filled shapes on a plain background, one grid cell per object.
 
 The pixel video is a pure function of the ``SymbolicFrames`` (names and grid positions), so
 rendering a symbolic view gives exactly the pixel view of the rendered original
@@ -9,6 +9,13 @@ hidden object's own colour does not leak into the fill).
 
 Boxes are ``(x0, y0, x1, y1)`` in pixels with exclusive ends (slice ``[y0:y1, x0:x1]``),
 NaN in frames where the object is absent.
+
+The background is CLIP's mean colour by default (``task.pixel_background="mean"``), which the
+Qwen2.5-VL normalisation maps to about zero: an empty cell then adds nothing to a vision token,
+and the tiny model's SFT learns to read the objects. On black (``"black"``, the former
+rendering), which normalises to about -1.8 per channel, empty cells dominate every token, and
+in most seeds the SFT never reads the frames (docs/bpo.md). Blank frames (the null and mask
+views) are the background too, as is any item's whose ``meta["background"]`` is unset.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ RGB = {
     "cyan": (40, 210, 220),
 }
 SHAPES = ("circle", "square", "triangle")
+BACKGROUNDS = {"mean": (122, 117, 104), "black": (0, 0, 0)}  # "mean": CLIP's mean, 0.481/0.458/0.408 × 255
+
+
+def background(item: VideoItem) -> np.ndarray:
+    """The RGB a blank frame of ``item`` takes: its rendering's background (real videos: "mean")."""
+    return np.array(BACKGROUNDS[item.meta.get("background", "mean")], np.uint8)
 
 
 @functools.lru_cache(maxsize=32)
@@ -77,12 +90,15 @@ def fill_box(frame: np.ndarray, box) -> None:
     frame[inside] = np.median(outside, axis=0).astype(np.uint8) if len(outside) else 0
 
 
-def render_frames(frames: SymbolicFrames, size: int = 56, grid: int = 5) -> np.ndarray:
-    """``uint8 [F, size, size, 3]``: each object a filled shape in its cell; blank frames black."""
+def render_frames(frames: SymbolicFrames, size: int = 56, grid: int = 5, bg: str = "mean") -> np.ndarray:
+    """``uint8 [F, size, size, 3]``: each object a filled shape in its cell, on the ``bg`` background."""
     cell = size // grid
     if cell < 4:
         raise DataError(f"pixel size {size} is too small for a {grid}x{grid} grid (need >= 4 px per cell)")
-    out = np.zeros((len(frames), size, size, 3), np.uint8)
+    if bg not in BACKGROUNDS:
+        raise DataError(f"pixel background {bg!r}: expected one of {', '.join(BACKGROUNDS)}")
+    out = np.empty((len(frames), size, size, 3), np.uint8)
+    out[:] = BACKGROUNDS[bg]
     for t, objs in enumerate(frames.frames):
         for o in objs:
             if not o.occluded:
@@ -107,18 +123,18 @@ def target_boxes(frames: SymbolicFrames, target: str | None, size: int = 56, gri
     return boxes
 
 
-def render_pixels(item: VideoItem, size: int = 56, grid: int = 5) -> VideoItem:
+def render_pixels(item: VideoItem, size: int = 56, grid: int = 5, bg: str = "mean") -> VideoItem:
     """The pixel rendering of a symbolic item (orig or any view); a pixel item is returned as is.
 
     Question, options, answer, support, target and meta carry over; ``boxes`` are the target's
-    cells; ``meta["rendering"]`` becomes ``"pixels"``.
+    cells; ``meta["rendering"]`` becomes ``"pixels"`` and ``meta["background"]`` ``bg``.
     """
     if isinstance(item.frames, np.ndarray):
         return item
     if not isinstance(item.frames, SymbolicFrames):
         raise DataError(f"item {item.item_id!r}: has no frames to render")
     return item.replace(
-        frames=render_frames(item.frames, size, grid),
+        frames=render_frames(item.frames, size, grid, bg),
         boxes=target_boxes(item.frames, item.target, size, grid),
-        meta={**item.meta, "rendering": "pixels"},
+        meta={**item.meta, "rendering": "pixels", "background": bg},
     )

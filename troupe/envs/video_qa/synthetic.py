@@ -67,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from troupe.envs.video_qa.items import SymbolicFrames, SymObject, VideoItem
-from troupe.envs.video_qa.pixels import RGB, SHAPES, render_pixels
+from troupe.envs.video_qa.pixels import BACKGROUNDS, RGB, SHAPES, render_pixels
 from troupe.platform.errors import ConfigError, DataError
 
 SYNTH_QTYPES = ("temporal_order", "action_direction", "object_attribute", "counting", "existence")
@@ -86,6 +86,9 @@ class VideoQAConfig:
     cue_strength: float = 0.85
     qtypes: list[str] = dataclasses.field(default_factory=lambda: list(SYNTH_QTYPES))
     pixel_size: int = 56
+    # The pixel rendering's background: "mean" (CLIP's mean colour, about zero once normalised)
+    # or "black" (the former rendering, on which most seeds' SFT never reads the objects).
+    pixel_background: str = "mean"
     test_fraction: float = 0.2  # share of clip hashes that belong to the test split
     seed: int = 0  # default rng seed when a sampler is called without one
     # Every question of a type asks about the same objects (the order pair, the mover, the
@@ -125,6 +128,8 @@ class VideoQAConfig:
             raise bad("qtypes", f"expected a non-empty list from {', '.join(SYNTH_QTYPES)}")
         if not 0.0 < self.test_fraction < 1.0:
             raise bad("test_fraction", "expected a number in (0, 1)")
+        if self.pixel_background not in BACKGROUNDS:
+            raise bad("pixel_background", f"expected one of {', '.join(BACKGROUNDS)}")
         if self.pixel_size // self.grid < 4:
             raise bad("pixel_size", f"expected at least {4 * self.grid} for a {self.grid}x{self.grid} grid")
 
@@ -496,6 +501,6 @@ class VideoQATask:
 
     def render_pixels(self, item: VideoItem) -> VideoItem:
         """The pixel rendering (``uint8 [F, pixel_size, pixel_size, 3]`` + target boxes) of the same clip."""
-        return render_pixels(item, self.config.pixel_size, self.config.grid)
+        return render_pixels(item, self.config.pixel_size, self.config.grid, self.config.pixel_background)
 
 

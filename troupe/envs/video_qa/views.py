@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from troupe.envs.video_qa.items import QTYPES, SymbolicFrames, SymObject, VideoItem
-from troupe.envs.video_qa.pixels import fill_box
+from troupe.envs.video_qa.pixels import background, fill_box
 from troupe.platform.errors import DataError
 
 VIEWS = ("orig", "shuffle", "reverse", "mask", "occlude", "null")
@@ -115,7 +115,7 @@ def apply_view(item: VideoItem, view: str, rng: np.random.Generator | None = Non
             if sym:
                 frames.frames[t] = []
             else:
-                frames[t] = 0
+                frames[t] = background(item)
             if boxes is not None:
                 boxes[t] = np.nan
         if view == "null":
@@ -192,7 +192,8 @@ class BehaviorTable:
 
 
 def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.random.Generator | None = None,
-                 random_views: bool = False, first: Sequence[str] = ()) -> tuple[list[tuple[str, str]], int]:
+                 random_views: bool = False, first: Sequence[str] = (),
+                 slot_offset: int = 0) -> tuple[list[tuple[str, str]], int]:
     """Pick ``m`` (view, label) pairs for ``item`` (§A.2 step 2) and count skipped views.
 
     Candidates are the type's labelled views that apply to the item; each labelled view that
@@ -205,6 +206,9 @@ def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.rand
     ``first`` names views placed before the draw, each in the scarcest slot its label fits,
     where it applies to the item (BPO puts ``reverse`` in every temporal pack this way: the one
     view that flips the order and keeps every other statistic); ``random_views`` ignores it.
+    A pack of fewer than three views holds only the first slots; ``slot_offset`` starts the
+    slot cycle further on (offset 2 with ``m=1``: the ABST slot), so prompts given offsets
+    0, 1, 2, ... in turn cover every slot across a batch.
     """
     if m < 1:
         raise DataError(f"select_views: m={m}; expected at least 1")
@@ -226,7 +230,9 @@ def select_views(item: VideoItem, table: BehaviorTable, m: int = 3, rng: np.rand
         picked = [views[i] for i in rng.permutation(len(views))[:m]]
     else:
         # Fill the scarce slots first so the STAB-or-SENS slot cannot steal the only SENS view.
-        slots = [("STAB", "SENS", "FLIP"), ("SENS", "FLIP"), ("ABST",)][:m] + [tuple(LABELS)] * max(0, m - 3)
+        cycle: list[tuple[str, ...]] = [("STAB", "SENS", "FLIP"), ("SENS", "FLIP"), ("ABST",)]
+        k = slot_offset % 3 if m < 3 else 0  # a full pack holds every slot: nothing to rotate
+        slots = (cycle[k:] + cycle[:k])[:m] + [tuple(LABELS)] * max(0, m - 3)
         picked_at: dict[int, str] = {}
         order = sorted(range(len(slots)), key=lambda i: (len(slots[i]), i))
         for v in first:
