@@ -433,21 +433,22 @@ def main() -> None:
     result.setdefault("runs", {})
     t_all = time.perf_counter()
 
+    def record_key() -> str:
+        cells = f"[{args.packs}]" if "pack" in done and args.packs != ",".join(PACKS) else ""
+        return ",".join(sorted(done)) + cells
+
     def go(name: str, arms: list[str], seed: int, overrides: list[str], preset: str | None = None) -> dict[str, Any]:
         return train(work / name, arms, seed, args.steps, [*overrides, *args.set], preset)
 
     done: set[str] = set()  # the parts this invocation has saved figures of
-    record: list[str] = []  # the key its run record was last written under
 
     def save(part: str | None = None) -> None:  # after every part: an interrupted run keeps what it measured
         # The run's record is keyed by the parts it saved, so an interrupted run names no part it never wrote.
-        done.update([part] if part else [])
+        if part and part not in done:
+            result["runs"].pop(record_key(), None)  # the key before this part joined it
+            done.add(part)
         if done:
-            key = ",".join(sorted(done)) + (f"[{args.packs}]" if "pack" in done and args.packs != ",".join(PACKS) else "")
-            if record and record[0] != key:
-                result["runs"].pop(record[0], None)
-            record[:] = [key]
-            result["runs"][key] = {**run_info, "wall_s": time.perf_counter() - t_all}
+            result["runs"][record_key()] = {**run_info, "wall_s": time.perf_counter() - t_all}
         result["claims"] = claims(result)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp")
