@@ -174,7 +174,10 @@ def prepare_policy(model_cfg: ModelConfig, task: SFTTask, task_key: dict[str, An
 
         build_directory(final, build)
     # The steps that ran: model.sft.stop_loss may end the fit before the configured steps.
-    info["sft_steps"] = json.loads((final / "sft.json").read_text()).get("sft_steps", steps)
+    fitted = json.loads((final / "sft.json").read_text())
+    info["sft_steps"] = fitted.get("sft_steps", steps)
+    if fitted.get("loss_by_group"):
+        info["sft_loss_by_group"] = fitted["loss_by_group"]
     return final
 
 
@@ -217,27 +220,82 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, model_cfg.sft))
     model.train()
     losses: list[float] = []
+    by_group = GroupLoss()
     stop = model_cfg.sft.stop_loss
     for _ in range(model_cfg.sft.steps):
         if stop is not None and len(losses) >= 20 and np.mean(losses[-20:]) < stop:
             break
         rows = task.sample(model_cfg.sft.batch_size, "train", rng)
         inputs = sft_inputs(model, tokenizer, rows, layout)
-        loss = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}).loss
+        output = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
+        loss = output.loss
+        if any(r.get("group") is not None for r in rows):
+            by_group.add([r.get("group") for r in rows], row_losses(output.logits, inputs["labels"].to(device)))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if len(losses) % 100 == 0:
+        if len(losses) % GroupLoss.every == 0:
+            by_group.close(len(losses))
             log.debug("SFT step %d: mean loss of the last 20 steps %.4f", len(losses), np.mean(losses[-20:]))
+    by_group.close(len(losses))
     model.eval()
     save_model(model.to("cpu"), tokenizer, out)
     info = {"sft_steps": len(losses), "final_loss": float(np.mean(losses[-20:])) if losses else None,
             "parameters": sum(p.numel() for p in model.parameters()), "seconds": round(time.perf_counter() - t0, 1)}
+    if by_group.steps:
+        info["loss_by_group"] = by_group.as_dict()
     log.info("SFT checkpoint built in %.1fs: %s", info["seconds"], info)
     return info
+
+
+class GroupLoss:
+    """The SFT loss on the answer by row group (a task's rows may carry ``"group"``, e.g. the
+    question type), averaged over each window of `every` steps: which kinds of row the fit
+    learns, and when. A fit whose total loss falls can still leave one group at its prior."""
+
+    every = 100
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.means: dict[str, list[float | None]] = {}
+        self._sum: dict[str, float] = {}
+        self._n: dict[str, int] = {}
+
+    def add(self, groups: list[str | None], losses: list[float]) -> None:
+        for g, v in zip(groups, losses, strict=True):
+            if g is not None:
+                self._sum[g] = self._sum.get(g, 0.0) + v
+                self._n[g] = self._n.get(g, 0) + 1
+
+    def close(self, step: int) -> None:
+        """End the window at ``step`` (nothing if no grouped row fell in it)."""
+        if not self._n or (self.steps and self.steps[-1] == step):
+            return
+        for g in self._n.keys() - self.means.keys():  # a group first seen now: no mean before
+            self.means[g] = [None] * len(self.steps)
+        for g, vals in self.means.items():
+            vals.append(round(self._sum[g] / self._n[g], 4) if self._n.get(g) else None)
+        self.steps.append(step)
+        self._sum, self._n = {}, {}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"every": self.every, "steps": self.steps, "groups": dict(sorted(self.means.items()))}
+
+
+def row_losses(logits: Any, labels: Any) -> list[float]:
+    """Each row's mean next-token loss over its labelled (answer) tokens, as the model's own
+    loss shifts them; no gradient."""
+    import torch
+
+    with torch.no_grad():
+        target = labels[:, 1:]
+        ce = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), target,
+                                               ignore_index=-100, reduction="none")
+        n = (target != -100).sum(1).clamp(min=1)
+        return (ce.sum(1) / n).tolist()
 
 
 def sft_inputs(model: Any, tokenizer: Any, rows: list[dict], layout: VideoLayout | None = None) -> dict[str, Any]:

@@ -205,7 +205,8 @@ def test_prompts_and_rows(task, items):
     pp = task.pixel_prompt(it)
     assert it.question in pp and it.options_text() in pp and "|" not in pp
     rows = task.sample(40, "train", np.random.default_rng(0))
-    assert all(set(r) == {"prompt", "answer", "item"} and r["answer"] == r["item"].gold_letter for r in rows)
+    assert all(set(r) == {"prompt", "answer", "item", "group"} and r["answer"] == r["item"].gold_letter
+               and r["group"] == r["item"].qtype for r in rows)
     # Each prompt is one rendering: the clip as it is, or backwards (order_noise).
     shown = [r["prompt"] == task.prompt(r["item"]) for r in rows]
     assert all(s or r["prompt"] == task.prompt(backwards(r["item"])) for s, r in zip(shown, rows, strict=True))

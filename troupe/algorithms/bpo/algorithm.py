@@ -88,7 +88,7 @@ class PixelSFTTask:
         for it in items:
             px = self.task.render_pixels(it) if self.items is None else it
             out.append({"prompt": self.task.pixel_prompt(it), "answer": it.gold_letter, "frames": px.frames,
-                        "item": it})
+                        "item": it, "group": it.qtype})
         return out
 
     def corpus(self, n: int = 4000, seed: int = 0) -> list[str]:
@@ -117,8 +117,8 @@ class NullPriorSFT:
             letters[rng.choice([i for i in range(len(letters)) if i != item.abstain_index])]
         null = apply_view(item, "null")  # the null view training uses, in either rendering
         if row.get("frames") is not None:  # pixels: the prompt holds no frames
-            return {**row, "frames": self.task.render_pixels(null).frames, "answer": answer}
-        return {**row, "prompt": self.task.prompt(null), "answer": answer}
+            return {**row, "frames": self.task.render_pixels(null).frames, "answer": answer, "group": "null"}
+        return {**row, "prompt": self.task.prompt(null), "answer": answer, "group": "null"}
 
     def corpus(self, n: int = 4000, seed: int = 0) -> list[str]:
         return self.inner.corpus(n, seed)
@@ -462,6 +462,8 @@ class BPO(Algorithm):
         out["model_path"] = prepared.get("model_path")
         if prepared.get("view_check"):
             out["view_check"] = prepared["view_check"]
+        if prepared.get("sft_loss_by_group"):
+            out["sft_loss_by_group"] = prepared["sft_loss_by_group"]
         return out
 
 
@@ -541,7 +543,25 @@ def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
                   + "; ".join(f"{k}: {v}" for k, v in summary["data_skipped"].items())]
     lines += ["", "![behaviour rates](plots/behaviour_rates.png)", "",
               f"Policy started from the SFT checkpoint `{summary.get('model_path') or '?'}`."]
+    lines += sft_loss_table(summary.get("sft_loss_by_group"))
     return ["\n".join(lines)]
+
+
+def sft_loss_table(curve: dict[str, Any] | None, columns: int = 6) -> list[str]:
+    """Report lines: the SFT fit's loss on the answer by question type at up to ``columns``
+    window ends (`GroupLoss`); none for a checkpoint fitted before it was recorded."""
+    if not curve or not curve.get("steps"):
+        return []
+    steps = curve["steps"]
+    picks = sorted({round(i * (len(steps) - 1) / max(columns - 1, 1)) for i in range(min(columns, len(steps)))})
+    lines = ["", f"SFT loss on the answer by question type (mean over the rows of each {curve['every']} steps "
+             "up to the step shown; `null` is the blank-clip rows of the abstention prior). A type that stays "
+             "at a uniform guess's loss (ln k over k options) is one the start never learnt:", "",
+             "| question type | " + " | ".join(f"step {steps[i]}" for i in picks) + " |",
+             "|" + "---|" * (len(picks) + 1)]
+    for group, vals in curve["groups"].items():
+        lines.append(f"| {group} | " + " | ".join("–" if vals[i] is None else f"{vals[i]:.3f}" for i in picks) + " |")
+    return lines
 
 
 def type_table(title: str, by_type: dict[str, dict[str, dict[str, float]]]) -> list[str]:

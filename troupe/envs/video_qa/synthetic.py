@@ -489,10 +489,12 @@ class VideoQATask:
         return f"{question} {options}\n| {frames}"
 
     def sample(self, n: int, split: str, rng: np.random.Generator | None = None) -> list[dict]:
-        """Rows ``{"prompt", "answer", "item"}`` (what the SFT fitter consumes); each prompt is
-        one rendering of its item (`perceive`)."""
+        """Rows ``{"prompt", "answer", "item", "group"}`` (what the SFT fitter consumes; it
+        reports its loss by ``group``, the question type); each prompt is one rendering of its
+        item (`perceive`)."""
         rng = np.random.default_rng(self.config.seed) if rng is None else rng
-        return [{"prompt": self.prompt(self.perceive(it, rng)), "answer": it.gold_letter, "item": it}
+        return [{"prompt": self.prompt(self.perceive(it, rng)), "answer": it.gold_letter, "item": it,
+                 "group": it.qtype}
                 for it in self.sample_items(n, split, rng)]
 
     def corpus(self, n: int = 4000, seed: int = 0) -> list[str]:
