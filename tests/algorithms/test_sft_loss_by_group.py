@@ -77,4 +77,6 @@ def test_prepare_passes_the_curve_on_fitted_or_cached_and_the_report_shows_it(tm
     assert lines[3] == "| question type | step 100 | step 400 | step 700 | step 1000 |"
     assert lines[5] == "| order | 1.100 | 0.800 | 0.500 | 0.200 |"
     assert lines[6] == "| null | – | – | – | 0.500 |"
+    short = {"every": 100, "steps": [100, 200, 300], "groups": {"order": [1.0, 0.5, 0.25]}}
+    assert sft_loss_table(short)[3] == "| question type | step 100 | step 200 | step 300 |"  # fewer than columns: all
     assert sft_loss_table(None) == []

@@ -3,7 +3,9 @@ on a task's training split, so RL starts from a real SFT model. A hub or local m
 from its own weights unless ``model.sft.enabled=true`` asks for the same SFT first.
 
 ``model.path=tiny-vl`` builds the tiny vision-language model instead; its task rows carry
-``"frames"`` (``uint8 [F, H, W, 3]``), shown to the model before the prompt.
+``"frames"`` (``uint8 [F, H, W, 3]``), shown to the model before the prompt. Rows may carry
+``"group"`` (e.g. the question type): the fit then records its loss on the answer by group
+(`GroupLoss`, in ``sft.json``).
 
 The result is cached under ``$TROUPE_CACHE`` (default ``~/.cache/troupe``), keyed by
 everything that shapes it, and written atomically: a second run, or an actor on the same
