@@ -105,6 +105,9 @@ def test_bpo_claims_say_whether_grpo_raised_macro_over_the_sft_start():
     assert "GRPO raises macro accuracy over the SFT start" in last["claim"]
     assert last["measured"] == pytest.approx(0.66 - 0.73) and not last["holds"]
     assert bench.claims(above)[-1]["measured"] == pytest.approx(0.66 - 0.62) and bench.claims(above)[-1]["holds"]
+    # A verdict that carries the run report's flag decides it; the gap is still what is measured.
+    above["main"]["verdict"] = {**verdict, "grpo_macro_over_sft": False}
+    assert bench.claims(above)[-1]["measured"] == pytest.approx(0.66 - 0.62) and not bench.claims(above)[-1]["holds"]
 
 
 def test_bpo_claims_check_the_order_of_the_advantage_modes_where_all_three_trained():
