@@ -1,5 +1,5 @@
-"""The SFT fit's loss on the answer by row group: exact window means, one row's loss equal to
-the model's own, and recording it leaves the fitted weights unchanged."""
+"""The SFT fit's loss on the answer by row group: exact window means, a row's loss the model's
+own summed over its answer, and recording it leaves the fitted weights unchanged."""
 
 from __future__ import annotations
 
@@ -26,13 +26,16 @@ def test_group_windows_average_each_groups_rows_and_mark_absent_groups():
                            "groups": {"a": [3.0, None], "b": [2.0, None], "c": [None, 0.5]}}
 
 
-def test_one_rows_loss_is_the_models_own_loss_on_its_answer_tokens():
+def test_a_rows_loss_is_the_models_own_loss_summed_over_its_answer_tokens():
     logits = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(0))
     labels = torch.tensor([[-100, -100, 3, 4, 1], [-100, -100, -100, 2, 1]])
     out = row_losses(logits, labels)
-    for i in range(2):
-        want = torch.nn.functional.cross_entropy(logits[i, :-1], labels[i, 1:], ignore_index=-100)
-        assert abs(out[i] - want.item()) < 1e-6
+    for i, tokens in enumerate((3, 2)):
+        mean = torch.nn.functional.cross_entropy(logits[i, :-1], labels[i, 1:], ignore_index=-100)
+        assert abs(out[i] - tokens * mean.item()) < 1e-5
+    # A uniform guess over k options on a one-token answer scores ln k.
+    flat = row_losses(torch.zeros(1, 3, 5), torch.tensor([[-100, -100, 2]]))
+    assert abs(flat[0] - np.log(5)) < 1e-6
 
 
 class Grouped:

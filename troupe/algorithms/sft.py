@@ -254,7 +254,7 @@ def _fit(model_cfg: ModelConfig, task: SFTTask, out: Path, t0: float) -> dict[st
 
 
 class GroupLoss:
-    """The SFT loss on the answer by row group (a task's rows may carry ``"group"``, e.g. the
+    """The SFT loss on the answer (`row_losses`) by row group (a task's rows may carry ``"group"``, e.g. the
     question type), averaged over each window of `every` steps: which kinds of row the fit
     learns, and when. A fit whose total loss falls can still leave one group at its prior."""
 
@@ -288,16 +288,15 @@ class GroupLoss:
 
 
 def row_losses(logits: Any, labels: Any) -> list[float]:
-    """Each row's mean next-token loss over its labelled (answer) tokens, as the model's own
-    loss shifts them; no gradient."""
+    """Each row's negative log-likelihood of its answer: the next-token loss summed over its
+    labelled tokens (the end-of-turn token included), shifted as the model's own loss is; no
+    gradient. A sum, not a mean, so a uniform guess over k one-token options scores ln k."""
     import torch
 
     with torch.no_grad():
-        target = labels[:, 1:]
-        ce = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), target,
+        ce = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), labels[:, 1:],
                                                ignore_index=-100, reduction="none")
-        n = (target != -100).sum(1).clamp(min=1)
-        return (ce.sum(1) / n).tolist()
+        return ce.sum(1).tolist()  # ignored positions are 0
 
 
 def sft_inputs(model: Any, tokenizer: Any, rows: list[dict], layout: VideoLayout | None = None) -> dict[str, Any]:

@@ -555,9 +555,10 @@ def sft_loss_table(curve: dict[str, Any] | None, columns: int = 6) -> list[str]:
     steps = curve["steps"]
     n = min(columns, len(steps))  # the first and the last window always, evenly between
     picks = sorted({round(i * (len(steps) - 1) / max(n - 1, 1)) for i in range(n)})
-    lines = ["", f"SFT loss on the answer by question type (mean over the rows of each {curve['every']} steps "
-             "up to the step shown; `null` is the blank-clip rows of the abstention prior). A type that stays "
-             "at a uniform guess's loss (ln k over k options) is one the start never learnt:", "",
+    lines = ["", f"SFT loss on the answer by question type (its negative log-likelihood, averaged over the "
+             f"rows of each {curve['every']} steps up to the step shown; `null` is the blank-clip rows of the "
+             "abstention prior). A type that stays at a uniform guess's loss (ln k over k options) is one the "
+             "start never learnt:", "",
              "| question type | " + " | ".join(f"step {steps[i]}" for i in picks) + " |",
              "|" + "---|" * (len(picks) + 1)]
     for group, vals in curve["groups"].items():
