@@ -274,7 +274,7 @@ class GroupLoss:
 
     def close(self, step: int) -> None:
         """End the window at ``step`` (nothing if no grouped row fell in it)."""
-        if not self._n or (self.steps and self.steps[-1] == step):
+        if not self._n:  # also a second close at the same step: the first emptied the window
             return
         for g in self._n.keys() - self.means.keys():  # a group first seen now: no mean before
             self.means[g] = [None] * len(self.steps)
@@ -285,6 +285,17 @@ class GroupLoss:
 
     def as_dict(self) -> dict[str, Any]:
         return {"every": self.every, "steps": self.steps, "groups": dict(sorted(self.means.items()))}
+
+
+def loss_table(curve: dict[str, Any], label: str = "group", columns: int = 6) -> list[str]:
+    """A markdown table of a `GroupLoss` curve, one row per group, at up to ``columns`` window
+    ends: the first and the last always, evenly between."""
+    steps = curve["steps"]
+    n = min(columns, len(steps))
+    picks = sorted({round(i * (len(steps) - 1) / max(n - 1, 1)) for i in range(n)})
+    lines = [f"| {label} | " + " | ".join(f"step {steps[i]}" for i in picks) + " |", "|" + "---|" * (len(picks) + 1)]
+    return lines + [f"| {group} | " + " | ".join("–" if vals[i] is None else f"{vals[i]:.3f}" for i in picks) + " |"
+                    for group, vals in curve["groups"].items()]
 
 
 def row_losses(logits: Any, labels: Any) -> list[float]:

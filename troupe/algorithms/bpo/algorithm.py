@@ -45,7 +45,7 @@ from troupe.algorithms.bpo.evaluation import (
 from troupe.algorithms.lookahead import RolloutRequest
 from troupe.algorithms.policy_graph import PolicyGraph, step_seed
 from troupe.algorithms.rollout import RolloutResult
-from troupe.algorithms.sft import prepare_policy
+from troupe.algorithms.sft import loss_table, prepare_policy
 from troupe.envs.video_qa.distinguishability import describe as describe_views
 from troupe.envs.video_qa.items import LETTERS, TEMPORAL_QTYPES, VideoItem, parse_answer
 from troupe.envs.video_qa.synthetic import VideoQATask
@@ -552,18 +552,10 @@ def sft_loss_table(curve: dict[str, Any] | None, columns: int = 6) -> list[str]:
     window ends (`GroupLoss`); none for a checkpoint fitted before it was recorded."""
     if not curve or not curve.get("steps"):
         return []
-    steps = curve["steps"]
-    n = min(columns, len(steps))  # the first and the last window always, evenly between
-    picks = sorted({round(i * (len(steps) - 1) / max(n - 1, 1)) for i in range(n)})
-    lines = ["", f"SFT loss on the answer by question type (its negative log-likelihood, averaged over the "
-             f"rows of each {curve['every']} steps up to the step shown; `null` is the blank-clip rows of the "
-             "abstention prior). A type that stays at a uniform guess's loss (ln k over k options) is one the "
-             "start never learnt:", "",
-             "| question type | " + " | ".join(f"step {steps[i]}" for i in picks) + " |",
-             "|" + "---|" * (len(picks) + 1)]
-    for group, vals in curve["groups"].items():
-        lines.append(f"| {group} | " + " | ".join("–" if vals[i] is None else f"{vals[i]:.3f}" for i in picks) + " |")
-    return lines
+    return ["", f"SFT loss on the answer by question type (its negative log-likelihood, averaged over the "
+            f"rows of each {curve['every']} steps up to the step shown; `null` is the blank-clip rows of the "
+            "abstention prior). A type that stays at a uniform guess's loss (ln k over k options) is one the "
+            "start never learnt:", "", *loss_table(curve, "question type", columns)]
 
 
 def type_table(title: str, by_type: dict[str, dict[str, dict[str, float]]]) -> list[str]:
