@@ -104,6 +104,15 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
     t0 = time.perf_counter()
     with Run("bpo", preset=preset, overrides=ov, out=out) as run:
         summary = run.run()
+    records, curves = eval_curves(out, arms)
+    return {"records": records, "curves": curves, "wall_s": time.perf_counter() - t0, "claim": summary.get("claim"),
+            "steps": summary.get("steps")}
+
+
+def eval_curves(out: Path, arms: list[str]) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """A run directory's final eval records per arm (and the SFT's, its first evaluation), and
+    each arm's temporal-hard accuracy at every evaluation, by type: an end point can sit in a
+    trough, and on pixels the order reading switches on and off between evaluations."""
     from troupe.algorithms.bpo.evaluation import hard_by_type
 
     records, curves = {}, {}
@@ -112,14 +121,12 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
         evals = [[json.loads(x) for x in f.read_text().splitlines()] for f in files]
         records[arm] = evals[-1]
         records.setdefault("sft", evals[0])
-        # temporal-hard accuracy at every evaluation, by type: an end point can sit in a trough
         curves[arm] = []
         for f, recs in zip(files, evals, strict=True):
             hard = [r["correct"] for r in recs if r["hard"]]
             curves[arm].append({"step": int(f.stem.removeprefix("step_")), "temporal_hard_acc": sum(hard) / len(hard),
                                 **{q: v["value"] for q, v in hard_by_type([recs]).items()}})
-    return {"records": records, "curves": curves, "wall_s": time.perf_counter() - t0, "claim": summary.get("claim"),
-            "steps": summary.get("steps")}
+    return records, curves
 
 
 def table(records_by_seed: dict[str, list[list[dict]]], n_boot: int) -> dict[str, Any]:
@@ -551,6 +558,7 @@ def main() -> None:
                 for s in range(args.sweep_seeds)]
         rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
         result["pixels"] = {"preset": "vl-cpu", "arms": rows, "verdict": verdict(rows),
+                            "curves": {arm: [r["curves"][arm] for r in runs] for arm in ("grpo", "bpo")},
                             "wall_s": [r["wall_s"] for r in runs]}
         print_table("Part 5: pixel rendering, tiny vision-language model (vl-cpu)", rows)
         save("pixels")

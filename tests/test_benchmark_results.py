@@ -156,6 +156,25 @@ def test_bpo_over_evaluation_claim_pairs_seeds_and_skips_step_0():
     assert bench.over_eval_claims("linear/main", {"bpo": {"reward_orig": [0.5]}}) == []
 
 
+def test_bpo_eval_curves_read_a_run_directory(tmp_path):
+    # Two evaluations of one arm: the first is the SFT start's, the last the arm's final record.
+    def rec(qtype, hard, correct):
+        return json.dumps({"qtype": qtype, "hard": hard, "correct": correct})
+
+    steps = {0: [rec("temporal_order", True, False), rec("temporal_order", True, True), rec("counting", False, True)],
+             100: [rec("temporal_order", True, True), rec("action_direction", True, False),
+                   rec("counting", False, False)]}
+    (tmp_path / "eval" / "bpo").mkdir(parents=True)
+    for step, lines in steps.items():
+        (tmp_path / "eval" / "bpo" / f"step_{step:06d}.jsonl").write_text("\n".join(lines) + "\n")
+    records, curves = load_benchmark("bpo").eval_curves(tmp_path, ["bpo"])
+    assert [r["correct"] for r in records["sft"]] == [False, True, True]
+    assert [r["correct"] for r in records["bpo"]] == [True, False, False]
+    assert [c["step"] for c in curves["bpo"]] == [0, 100]
+    assert [c["temporal_hard_acc"] for c in curves["bpo"]] == [0.5, 0.5]
+    assert curves["bpo"][1]["temporal_order"] == 1.0 and curves["bpo"][1]["action_direction"] == 0.0
+
+
 def test_bpo_refuses_an_unknown_part_naming_the_parts(monkeypatch, capsys, tmp_path):
     # A misspelt part would otherwise run nothing and rewrite the file's run record.
     monkeypatch.setattr(sys, "argv", ["bpo.py", "--parts", "main,pixel", "--out", str(tmp_path / "bpo.json")])
