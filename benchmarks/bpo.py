@@ -133,6 +133,7 @@ def table(records_by_seed: dict[str, list[list[dict]]], n_boot: int) -> dict[str
     """Per arm: pooled value and 95% interval of each metric, and the per-seed values."""
     from troupe.algorithms.bpo.evaluation import (
         accuracy_by_type,
+        answer_shares,
         behaviour_metrics,
         hard_by_type,
         pooled_bootstrap,
@@ -143,6 +144,8 @@ def table(records_by_seed: dict[str, list[list[dict]]], n_boot: int) -> dict[str
         out[arm] = {"pooled": pooled_bootstrap(per_seed, n_boot),
                     "per_seed": [behaviour_metrics(r) for r in per_seed],
                     "hard_by_type": hard_by_type(per_seed), "accuracy_by_type": accuracy_by_type(per_seed),
+                    # a seed that collapses a type onto one answer shows here, not in its accuracy
+                    "answers_by_type_per_seed": [answer_shares([r]) for r in per_seed],
                     # which seeds moved which type: a pooled gain can be one seed's
                     "hard_by_type_per_seed": [{q: v["value"] for q, v in hard_by_type([r]).items()}
                                               for r in per_seed]}

@@ -22,6 +22,7 @@ from troupe.algorithms.bpo.algorithm import (
 from troupe.algorithms.bpo.config import ARMS, BPOConfig, BPOSettings
 from troupe.algorithms.bpo.evaluation import (
     accuracy_by_type,
+    answer_shares,
     behaviour_metrics,
     bootstrap,
     hard_by_type,
@@ -190,6 +191,18 @@ def test_report_shows_every_question_type_beside_the_temporal_hard_ones():
     assert "| SFT | 0.500 (2) |" in hard and "| grpo | 0.000 (2) |" in hard
 
 
+def test_report_shows_each_policys_answers_beside_the_gold():
+    # A collapsed type (measured: BPO's counting never answering the middle count) shows as options left out.
+    arms = {"bpo": {"step": 400, "responses_per_prompt": 5, "metrics": {},
+                    "answers": {"counting": {"A": 0.52, "C": 0.48}}}}
+    summary = {"arms": arms, "gold_answers": {"counting": {"A": 0.34, "B": 0.33, "C": 0.33}},
+               "sft_answers": {"counting": {"A": 0.46, "B": 0.17, "C": 0.37}}}
+    (text,) = report_sections(BPOConfig(), summary)
+    table = text.split("Answers by question type")[1]
+    assert "| question type | gold | SFT | bpo |" in table
+    assert "| counting | A 0.34 · B 0.33 · C 0.33 | A 0.46 · B 0.17 · C 0.37 | A 0.52 · C 0.48 |" in table
+
+
 def test_report_gives_the_sampled_abstention_rate_when_abstention_f1_does_not_separate():
     from troupe.algorithms.bpo.algorithm import late_abstain_rates
 
@@ -246,6 +259,12 @@ def test_metrics_hand_values():
     again = [item_record(_Item("temporal_order", 0, hard=True), 0, conf, ABST, [])]
     assert hard_by_type([recs, again]) == {"temporal_order": {"value": pytest.approx(2 / 3), "n": 3}}
     assert accuracy_by_type([recs]) == {"counting": {"value": 0.5, "n": 2}, "temporal_order": {"value": 0.5, "n": 2}}
+    # Answers and gold by type, pooled over seeds; abstentions after the letters.
+    assert answer_shares([recs, again]) == {"counting": {"C": 0.5, "abstain": 0.5},
+                                            "temporal_order": {"A": pytest.approx(2 / 3), "B": pytest.approx(1 / 3)}}
+    assert answer_shares([recs], gold=True) == {"counting": {"C": 1.0}, "temporal_order": {"A": 1.0}}
+    old = [{k: v for k, v in r.items() if k != "gold"} for r in recs]  # records from before the gold was kept
+    assert answer_shares([old], gold=True) == {} and answer_shares([old])["counting"] == {"C": 0.5, "abstain": 0.5}
     # A FLIP probe is sensed only when the answer moved to the other of two options.
     flip = item_record(_Item("temporal_order", 0), 0, conf, ABST, [("FLIP", 1, conf), ("FLIP", 0, conf),
                                                                     ("FLIP", ABST, conf)])

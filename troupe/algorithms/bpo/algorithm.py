@@ -35,6 +35,7 @@ from troupe.algorithms.bpo.evaluation import (
     METRIC_TITLES,
     METRICS,
     accuracy_by_type,
+    answer_shares,
     behaviour_metrics,
     bootstrap,
     fmt_ci,
@@ -451,10 +452,13 @@ class BPO(Algorithm):
                 out["sft"] = bootstrap(recs[first], c.eval.bootstrap, seed=c.run.seed)
                 out["sft_hard_by_type"] = hard_by_type([recs[first]])
                 out["sft_by_type"] = accuracy_by_type([recs[first]])
+                out["sft_answers"] = answer_shares([recs[first]])
+                out["gold_answers"] = answer_shares([recs[first]], gold=True)
             out["arms"][name] = {"step": last, **arm_summary(name, c.bpo),
                                  "metrics": bootstrap(recs[last], c.eval.bootstrap, seed=c.run.seed),
                                  "hard_by_type": hard_by_type([recs[last]]),
-                                 "by_type": accuracy_by_type([recs[last]])}
+                                 "by_type": accuracy_by_type([recs[last]]),
+                                 "answers": answer_shares([recs[last]])}
         out["claim"] = claim_check(out["arms"], out.get("sft"))
         prepared = run.prepared()
         if prepared.get("data_skipped"):
@@ -517,6 +521,8 @@ def report_sections(config: BPOConfig, summary: dict[str, Any]) -> list[str]:
                        ("hard_by_type", "Temporal-hard accuracy by question type (items)")):
         lines += type_table(title, {"SFT": summary.get(f"sft_{key}") or {},
                                     **{name: a.get(key) or {} for name, a in arms.items()}})
+    lines += answer_table({"gold": summary.get("gold_answers") or {}, "SFT": summary.get("sft_answers") or {},
+                           **{name: a.get("answers") or {} for name, a in arms.items()}})
     claim = summary.get("claim")
     if claim:
         lines += ["", "### The claim (§A.5), as measured", ""] + [f"- {line}" for line in claim["lines"]]
@@ -566,6 +572,20 @@ def type_table(title: str, by_type: dict[str, dict[str, dict[str, float]]]) -> l
     lines = ["", f"{title}:", "", "| policy | " + " | ".join(qtypes) + " |", "|" + "---|" * (len(qtypes) + 1)]
     return lines + [f"| {name} | " + " | ".join(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–"
                                                for q in qtypes) + " |" for name, v in by_type.items()]
+
+
+def answer_table(shares: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """Report lines: each policy's answers by question type as shares of the items per option,
+    beside the gold's (question types as rows); none if empty."""
+    qtypes = sorted({q for v in shares.values() for q in v})
+    if not qtypes:
+        return []
+    cols = [name for name, v in shares.items() if v]
+    lines = ["", "Answers by question type, share of the items per option (an arm that uses fewer options "
+             "than the gold has collapsed onto a prior):", "",
+             "| question type | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    return lines + [f"| {q} | " + " | ".join(" · ".join(f"{a} {x:.2f}" for a, x in shares[c].get(q, {}).items())
+                                           or "–" for c in cols) + " |" for q in qtypes]
 
 
 def arm_table(section: dict[str, dict[str, Any]] | None, cells: dict[str, dict[str, str]]) -> BehaviorTable:

@@ -3,8 +3,8 @@ copy and the item's counterfactual views; metrics over records; bootstrap 95% in
 items.
 
 A record is a plain dict so it can be written as JSON lines and re-read by `troupe report`:
-``{"item_id", "qtype", "group", "hard", "temporal", "orig": answer, "correct": bool, "null_abst": bool,
-"stab": [unchanged, ...], "sens": [sensed, ...]}``.
+``{"item_id", "qtype", "group", "hard", "temporal", "orig": answer, "gold": answer, "correct": bool,
+"null_abst": bool, "stab": [unchanged, ...], "sens": [sensed, ...]}``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from troupe.envs.video_qa.items import ABST, TEMPORAL_QTYPES
+from troupe.envs.video_qa.items import ABST, INVALID, LETTERS, TEMPORAL_QTYPES
 
 METRICS = ("macro_acc", "macro_groups", "temporal_hard_acc", "abstain_f1", "stability", "sensitivity",
            "false_abstention")
@@ -47,7 +47,7 @@ def item_record(item: Any, orig: int, conf_orig: np.ndarray, null_answer: int,
     # Macro accuracy averages over question types on the synthetic task, over benchmarks on real data.
     group = item.qtype if getattr(item, "source", "synthetic") == "synthetic" else item.source
     return {"item_id": item.item_id, "qtype": item.qtype, "group": group, "hard": bool(item.hard),
-            "temporal": item.qtype in TEMPORAL_QTYPES, "orig": int(orig), "correct": bool(orig == item.answer),
+            "temporal": item.qtype in TEMPORAL_QTYPES, "orig": int(orig), "gold": int(item.answer), "correct": bool(orig == item.answer),
             "null_abst": bool(null_answer == ABST), "stab": stab, "sens": sens}
 
 
@@ -94,6 +94,26 @@ def accuracy_by_type(records_by_seed: Sequence[Sequence[dict[str, Any]]], hard_o
             if not hard_only or r["hard"]:  # records without a hard flag count when all items do
                 by.setdefault(r["qtype"], []).append(r["correct"])
     return {q: {"value": sum(v) / len(v), "n": len(v)} for q, v in sorted(by.items())}
+
+
+def answer_shares(records_by_seed: Sequence[Sequence[dict[str, Any]]], gold: bool = False,
+                  ) -> dict[str, dict[str, float]]:
+    """Per question type, the share of items answered with each option letter (``abstain`` and
+    ``invalid`` for the rest), pooled over seeds; with ``gold`` the gold answers' shares
+    (records written before they kept the gold are left out). An arm answering a type with
+    fewer options than its gold uses has collapsed onto an answer prior, which accuracy alone
+    does not show (BPO's counting on the tiny LM: docs/bpo.md)."""
+    by: dict[str, list[int]] = {}
+    for records in records_by_seed:
+        for r in records:
+            if not gold or "gold" in r:
+                by.setdefault(r["qtype"], []).append(r["gold"] if gold else r["orig"])
+
+    def name(a: int) -> str:
+        return "abstain" if a == ABST else "invalid" if a == INVALID else LETTERS[a]
+
+    return {q: {name(a): v.count(a) / len(v) for a in sorted(set(v), key=lambda a: (a < 0, a))}
+            for q, v in sorted(by.items())}
 
 
 def hard_by_type(records_by_seed: Sequence[Sequence[dict[str, Any]]]) -> dict[str, dict[str, float]]:
