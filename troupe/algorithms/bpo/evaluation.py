@@ -47,8 +47,8 @@ def item_record(item: Any, orig: int, conf_orig: np.ndarray, null_answer: int,
     # Macro accuracy averages over question types on the synthetic task, over benchmarks on real data.
     group = item.qtype if getattr(item, "source", "synthetic") == "synthetic" else item.source
     return {"item_id": item.item_id, "qtype": item.qtype, "group": group, "hard": bool(item.hard),
-            "temporal": item.qtype in TEMPORAL_QTYPES, "orig": int(orig), "gold": int(item.answer), "correct": bool(orig == item.answer),
-            "null_abst": bool(null_answer == ABST), "stab": stab, "sens": sens}
+            "temporal": item.qtype in TEMPORAL_QTYPES, "orig": int(orig), "gold": int(item.answer),
+            "correct": bool(orig == item.answer), "null_abst": bool(null_answer == ABST), "stab": stab, "sens": sens}
 
 
 def _mean(xs: Sequence[float]) -> float:
