@@ -45,3 +45,10 @@ def test_first_and_last_values_skip_booleans_and_keep_each_key_once():
     history = [{"step": 0, "a": 1.0, "flag": True}, {"step": 1, "a": 2.0, "b": 3}]
     assert first_values(history) == {"a": 1.0, "b": 3}
     assert last_values(history) == {"a": 2.0, "b": 3}
+
+
+def test_markdown_table_lines():
+    from troupe.platform.report import markdown_table
+
+    assert markdown_table(["policy", "a", "b"], [["SFT", "0.1", "–"], ("bpo", "1", "2")]) == [
+        "| policy | a | b |", "|---|---|---|", "| SFT | 0.1 | – |", "| bpo | 1 | 2 |"]

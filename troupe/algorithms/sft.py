@@ -47,6 +47,7 @@ from troupe.actors.vision import (
 )
 from troupe.platform.checkpoint import atomic_write_json, build_directory
 from troupe.platform.config import check, to_dict
+from troupe.platform.report import markdown_table
 
 log = logging.getLogger("troupe")
 
@@ -293,9 +294,9 @@ def loss_table(curve: dict[str, Any], label: str = "group", columns: int = 6) ->
     steps = curve["steps"]
     n = min(columns, len(steps))
     picks = sorted({round(i * (len(steps) - 1) / max(n - 1, 1)) for i in range(n)})
-    lines = [f"| {label} | " + " | ".join(f"step {steps[i]}" for i in picks) + " |", "|" + "---|" * (len(picks) + 1)]
-    return lines + [f"| {group} | " + " | ".join("–" if vals[i] is None else f"{vals[i]:.3f}" for i in picks) + " |"
-                    for group, vals in curve["groups"].items()]
+    return markdown_table([label, *(f"step {steps[i]}" for i in picks)],
+                          ([group, *("–" if vals[i] is None else f"{vals[i]:.3f}" for i in picks)]
+                           for group, vals in curve["groups"].items()))
 
 
 def row_losses(logits: Any, labels: Any) -> list[float]:

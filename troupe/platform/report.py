@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,12 @@ RESUMES = "resumes.json"  # one entry per --resume of the run, kept in its direc
 
 # Metrics drawn first and named in the summary table, when an algorithm logs them.
 HEADLINE = ("reward/mean", "eval/accuracy", "eval/reward", "loss/policy", "kl/ref")
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A markdown table's lines: the header, its rule, one line per row of cell strings."""
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def record_resume(run_dir: Path, from_step: int, checkpoint: str | None, removed: list[str]) -> None:

@@ -57,6 +57,7 @@ from troupe.platform.config import to_dict
 from troupe.platform.errors import ConfigError
 from troupe.platform.placement import ActorGraph, Role
 from troupe.platform.registry import ADVANTAGES
+from troupe.platform.report import markdown_table
 from troupe.platform.run import RunContext
 
 log = logging.getLogger("troupe")
@@ -569,9 +570,9 @@ def type_table(title: str, by_type: dict[str, dict[str, dict[str, float]]]) -> l
     qtypes = sorted({q for v in by_type.values() for q in v})
     if not qtypes:
         return []
-    lines = ["", f"{title}:", "", "| policy | " + " | ".join(qtypes) + " |", "|" + "---|" * (len(qtypes) + 1)]
-    return lines + [f"| {name} | " + " | ".join(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–"
-                                               for q in qtypes) + " |" for name, v in by_type.items()]
+    return ["", f"{title}:", "", *markdown_table(
+        ["policy", *qtypes], ([name, *(f"{v[q]['value']:.3f} ({v[q]['n']})" if q in v else "–" for q in qtypes)]
+                              for name, v in by_type.items()))]
 
 
 def answer_table(shares: dict[str, dict[str, dict[str, float]]]) -> list[str]:
@@ -581,11 +582,11 @@ def answer_table(shares: dict[str, dict[str, dict[str, float]]]) -> list[str]:
     if not qtypes:
         return []
     cols = [name for name, v in shares.items() if v]
-    lines = ["", "Answers by question type, share of the items per option (an arm that uses fewer options "
-             "than the gold has collapsed onto a prior):", "",
-             "| question type | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
-    return lines + [f"| {q} | " + " | ".join(" · ".join(f"{a} {x:.2f}" for a, x in shares[c].get(q, {}).items())
-                                           or "–" for c in cols) + " |" for q in qtypes]
+    return ["", "Answers by question type, share of the items per option (an arm that uses fewer options "
+            "than the gold has collapsed onto a prior):", "", *markdown_table(
+                ["question type", *cols],
+                ([q, *(" · ".join(f"{a} {x:.2f}" for a, x in shares[c].get(q, {}).items()) or "–" for c in cols)]
+                 for q in qtypes))]
 
 
 def arm_table(section: dict[str, dict[str, Any]] | None, cells: dict[str, dict[str, str]]) -> BehaviorTable:
