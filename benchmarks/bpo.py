@@ -106,7 +106,29 @@ def train(out: Path, arms: list[str], seed: int, steps: int | None, overrides: l
         summary = run.run()
     records, curves = eval_curves(out, arms)
     return {"records": records, "curves": curves, "wall_s": time.perf_counter() - t0, "claim": summary.get("claim"),
-            "steps": summary.get("steps")}
+            "steps": summary.get("steps"), "train_by_type": train_by_type(out, arms)}
+
+
+def train_by_type(out: Path, arms: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per arm and question type, the mean over training steps of the anchors' accuracy and of
+    the type's share of the advantage mass (where each arm's update comes from; over the steps
+    with an update, |A| > 0)."""
+    from troupe.platform.metrics import read_metrics
+
+    rows = read_metrics(out / "metrics.jsonl")
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    for arm in arms:
+        for family in ("train_acc", "adv_share"):
+            vals: dict[str, list[float]] = {}
+            for row in rows:
+                if family == "adv_share" and not row.get(f"adv_abs/{arm}"):
+                    continue
+                for k, v in row.items():
+                    if k.startswith(f"{family}_") and k.endswith(f"/{arm}") and isinstance(v, int | float):
+                        vals.setdefault(k[len(family) + 1: -len(arm) - 1], []).append(float(v))
+            for q, xs in vals.items():
+                result.setdefault(arm, {}).setdefault(q, {})[family] = sum(xs) / len(xs)
+    return result
 
 
 def eval_curves(out: Path, arms: list[str]) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
@@ -485,9 +507,11 @@ def main() -> None:
     if args.main_key != "main" and not args.main_key.startswith("main_"):
         ap.error(f"--main-key {args.main_key!r}: 'main' or a name starting 'main_' (others are the sections of other parts)")
     main_arms = args.main_arms.split(",")
-    unknown = sorted(set(main_arms) - set(ARMS_MAIN))
+    from troupe.algorithms.bpo.config import ARMS  # the baselines and the diagnostic arms
+
+    unknown = sorted(set(main_arms) - set(ARMS))
     if unknown or "grpo" not in main_arms or "bpo" not in main_arms:
-        ap.error(f"--main-arms {args.main_arms!r}: a comma list of {','.join(ARMS_MAIN)} holding grpo and bpo")
+        ap.error(f"--main-arms {args.main_arms!r}: a comma list of {','.join(ARMS)} holding grpo and bpo")
     main_runs: list[dict] = []
     if "main" in parts:
         for s in range(args.seeds):
@@ -498,6 +522,7 @@ def main() -> None:
         print_table("Part 1: every arm, pooled over seeds and items", rows)
         curves = {arm: [r["curves"][arm] for r in main_runs] for arm in main_arms}
         result[args.main_key] = {"arms": rows, "verdict": verdict(rows), "steps": args.steps, "curves": curves,
+                                 "train_by_type_per_seed": [r["train_by_type"] for r in main_runs],
                                  "wall_s": [r["wall_s"] for r in main_runs]}
         print(json.dumps(result[args.main_key]["verdict"], indent=1))
         save("main")
@@ -562,6 +587,7 @@ def main() -> None:
         rows = table({arm: [r["records"][arm] for r in runs] for arm in ("sft", "grpo", "bpo")}, args.bootstrap)
         result["pixels"] = {"preset": "vl-cpu", "arms": rows, "verdict": verdict(rows),
                             "curves": {arm: [r["curves"][arm] for r in runs] for arm in ("grpo", "bpo")},
+                            "train_by_type_per_seed": [r["train_by_type"] for r in runs],
                             "wall_s": [r["wall_s"] for r in runs]}
         print_table("Part 5: pixel rendering, tiny vision-language model (vl-cpu)", rows)
         save("pixels")

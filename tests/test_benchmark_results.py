@@ -175,6 +175,17 @@ def test_bpo_eval_curves_read_a_run_directory(tmp_path):
     assert curves["bpo"][1]["temporal_order"] == 1.0 and curves["bpo"][1]["action_direction"] == 0.0
 
 
+def test_bpo_train_by_type_means_over_steps_and_skips_steps_without_an_update(tmp_path):
+    rows = [{"step": 1, "adv_abs/bpo": 0.2, "adv_share_counting/bpo": 0.25, "train_acc_counting/bpo": 1.0,
+             "adv_share_counting/grpo": 0.9},
+            {"step": 2, "adv_abs/bpo": 0.0, "train_acc_counting/bpo": 0.5},  # a flat step: no shares
+            {"step": 3, "adv_abs/bpo": 0.1, "adv_share_counting/bpo": 0.75, "train_acc_counting/bpo": 0.0,
+             "adv_share_existence/bpo": 0.25}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = load_benchmark("bpo").train_by_type(tmp_path, ["bpo"])
+    assert out == {"bpo": {"counting": {"train_acc": 0.5, "adv_share": 0.5}, "existence": {"adv_share": 0.25}}}
+
+
 def test_bpo_refuses_an_unknown_part_naming_the_parts(monkeypatch, capsys, tmp_path):
     # A misspelt part would otherwise run nothing and rewrite the file's run record.
     monkeypatch.setattr(sys, "argv", ["bpo.py", "--parts", "main,pixel", "--out", str(tmp_path / "bpo.json")])

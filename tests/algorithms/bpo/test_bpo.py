@@ -15,10 +15,12 @@ from troupe.algorithms.bpo.algorithm import (
     BPO,
     NullPriorSFT,
     PixelSFTTask,
+    advantage_shares,
     call_advantage,
     claim_check,
     report_sections,
 )
+from troupe.algorithms.bpo.behavior import ar_cf, pack_rms_normalise
 from troupe.algorithms.bpo.config import ARMS, BPOConfig, BPOSettings
 from troupe.algorithms.bpo.evaluation import (
     accuracy_by_type,
@@ -72,7 +74,7 @@ def test_budget_matching_bpo_and_grpo_generate_the_same_number_of_responses(anch
     algo = _algo(anchors=anchors, num_views=num_views, per_view=per_view, prompts_per_step=8)
     items = algo.task.sample_items(8, "train", np.random.default_rng(0))
     sizes = {name: len(algo.build_pack(ARMS[name], items, np.random.default_rng(1)).prompts)
-             for name in ("bpo", "grpo", "aug_grpo", "bpo_random", "bpo_ar_literal", "bpo_flip")}
+             for name in ("bpo", "grpo", "aug_grpo", "bpo_random", "bpo_ar_literal", "bpo_flip", "bpo_temporal_views")}
     want = 8 * (anchors + num_views * per_view)
     assert set(sizes.values()) == {want}
     assert len(algo.build_pack(ARMS["grpo_2x"], items, np.random.default_rng(1)).prompts) == 2 * want
@@ -104,6 +106,44 @@ def test_bpo_pack_structure_and_aug_grpo_labels():
                                                                  strict=True)}
     assert by_view[("temporal_order", "reverse")] == by_view[("action_direction", "reverse")] == "FLIP"
     assert {lab for (q, v), lab in by_view.items() if v == "reverse" and q not in TEMPORAL_QTYPES} <= {"SENS", "STAB"}
+
+
+def test_temporal_views_arm_trains_other_types_on_the_original_alone():
+    algo = _algo()
+    items = algo.task.sample_items(20, "train", np.random.default_rng(3))
+    pack = algo.build_pack(ARMS["bpo_temporal_views"], items, np.random.default_rng(4))
+    assert pack.group_ids.tolist() == [j for j in range(20) for _ in range(5)]
+    assert {it.qtype for it in items} - set(TEMPORAL_QTYPES)  # both kinds of pack are dealt
+    for j, item in enumerate(items):
+        rows, labels = pack.rows[5 * j: 5 * j + 5], pack.labels[5 * j: 5 * j + 5]
+        if item.qtype in TEMPORAL_QTYPES:
+            assert labels[:2] == ["ORIG", "ORIG"] and "SENS" in labels and "ABST" in labels
+        else:  # five responses on the original, every one an anchor
+            assert labels == ["ORIG"] * 5 and {r["view"] for r in rows} == {"orig"}
+            assert pack.is_anchor[5 * j: 5 * j + 5].all()
+    # AR-cf on an all-anchor group is each response's reward minus the others' mean.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
+    adv = ar_cf(rewards, torch.zeros(5, dtype=torch.long), is_anchor=torch.ones(5, dtype=torch.bool),
+                cf_baseline=torch.full((5,), math.nan))
+    assert adv.tolist() == pytest.approx([1.0, -0.25, -0.25, -0.25, -0.25])
+
+
+def test_pack_rms_gives_every_pack_unit_mass_and_grpo_on_anchor_groups():
+    gids = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 2, 2])
+    adv = torch.tensor([1.0, -0.25, -0.25, -0.25, -0.25, 0.3, -0.1, 0.0, 0.0, 0.0])
+    out = pack_rms_normalise(adv, gids)
+    # The first pack is AR-cf on five anchors (r = 1, 0, 0, 0, 0): GRPO's (r - 0.2) / 0.4.
+    assert out[:5].tolist() == pytest.approx([2.0, -0.5, -0.5, -0.5, -0.5], abs=1e-3)
+    rms = math.sqrt((0.3**2 + 0.1**2) / 3)  # unit mass, but for the 1e-4 that guards a near-flat pack
+    assert float((out[5:8] ** 2).mean()) == pytest.approx((rms / (rms + 1e-4)) ** 2, rel=1e-5)
+    assert out[8:].tolist() == [0.0, 0.0]  # a flat pack stays flat
+
+
+def test_advantage_shares_split_the_update_by_question_type():
+    shares = advantage_shares(["counting", "counting", "existence", "temporal_order"],
+                              torch.tensor([0.5, -0.5, 0.0, -3.0]))
+    assert shares == pytest.approx({"counting": 0.25, "existence": 0.0, "temporal_order": 0.75})
+    assert advantage_shares(["counting"], torch.zeros(1)) == {}
 
 
 def test_rotate_slots_gives_one_view_packs_the_null_view():

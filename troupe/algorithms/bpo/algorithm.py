@@ -29,6 +29,7 @@ from troupe.algorithms.bpo.behavior import (
     counterfactual_baselines,
     label_codes,
     letter_probs,
+    pack_rms_normalise,
 )
 from troupe.algorithms.bpo.config import ARMS, Arm, BPOConfig, arm_summary
 from troupe.algorithms.bpo.evaluation import (
@@ -234,7 +235,7 @@ class BPO(Algorithm):
         skipped = 0
         table = self.table if arm.table is None else arm_table(self.config.bpo.behavior_table, arm.table)
         for j, item in enumerate(items):
-            if arm.views:
+            if arm.views and (arm.view_types is None or item.qtype in arm.view_types):
                 first = ("reverse",) if s.reverse_in_temporal_packs and item.qtype in TEMPORAL_QTYPES else ()
                 picked, n_skip = select_views(item, table, s.num_views, rng, random_views=arm.random_views,
                                               first=first, slot_offset=j if s.rotate_slots else 0)
@@ -308,6 +309,8 @@ class BPO(Algorithm):
                 kw["anchor_baseline"] = self.emas[name].baseline([r["qtype"] for r in pack.rows], rewards,
                                                                  pack.is_anchor)
         adv = call_advantage(fn, rewards, pack.group_ids, kw)
+        if (arm.adv_norm or s.adv_norm) == "pack_rms":
+            adv = pack_rms_normalise(adv, pack.group_ids)
         if s.adv_clip:
             adv = adv.clamp(-s.adv_clip, s.adv_clip)
         return adv
@@ -323,6 +326,7 @@ class BPO(Algorithm):
         out = {f"reward/{name}": float(r.mean()), f"adv_abs/{name}": float(adv.abs().mean()),
                f"zero_std_groups/{name}": float(np.mean(flat)),
                f"reward_errors/{name}": float(len(scored.errors)), f"views_skipped/{name}": float(pack.skipped)}
+        out.update({f"adv_share_{q}/{name}": v for q, v in advantage_shares([row["qtype"] for row in pack.rows], adv).items()})
         if answers is not None:
             gold = torch.tensor([row["gold"] for row in pack.rows])
             anchors = pack.is_anchor
@@ -587,6 +591,21 @@ def answer_table(shares: dict[str, dict[str, dict[str, float]]]) -> list[str]:
                 ["question type", *cols],
                 ([q, *(" · ".join(f"{a} {x:.2f}" for a, x in shares[c].get(q, {}).items()) or "–" for c in cols)]
                  for q in qtypes))]
+
+
+def advantage_shares(qtypes: list[str], adv: torch.Tensor) -> dict[str, float]:
+    """Each question type's share of a step's advantage mass, sum |A| over its rows (anchors and
+    views) over the step's: where an arm's update comes from (a type's share against GRPO's,
+    with the same prompts, shows whether its packs carry less of the update). Empty when every
+    advantage is 0: a step without an update has no shares (they would pull the means to 0)."""
+    a = adv.detach().abs().double()
+    total = float(a.sum())
+    if total == 0:
+        return {}
+    shares: dict[str, float] = {}
+    for q, x in zip(qtypes, a.tolist(), strict=True):
+        shares[q] = shares.get(q, 0.0) + x
+    return {q: v / total for q, v in sorted(shares.items())}
 
 
 def arm_table(section: dict[str, dict[str, Any]] | None, cells: dict[str, dict[str, str]]) -> BehaviorTable:

@@ -176,6 +176,19 @@ def mixed_meanstd(rewards: torch.Tensor, group_ids: torch.Tensor, **_: Any) -> t
     return ADVANTAGES.get("grpo")(rewards, group_ids)
 
 
+def pack_rms_normalise(adv: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """Each pack's advantages divided by their root mean square (``bpo.adv_norm=pack_rms``): every
+    pack with a signal carries the same update mass, whatever its type, as GRPO's division by
+    the group's std gives every non-flat group. On a group of anchors alone (r minus the others'
+    mean) it is GRPO's advantage with the population std. A pack whose advantages are all 0
+    stays 0."""
+    a = adv.to(torch.float64)
+    sq, inv = _pack_sums(group_ids, a * a)
+    n, _ = _pack_sums(group_ids, torch.ones_like(a))
+    rms = (sq / n).sqrt()[inv]
+    return torch.where(rms > 0, a / (rms + eps), a).to(adv.dtype)
+
+
 def call_advantage(fn: Any, rewards: torch.Tensor, group_ids: torch.Tensor, kw: dict[str, Any]) -> torch.Tensor:
     """Call an advantage estimator with the pack fields it accepts (GRPO's take none)."""
     params = inspect.signature(fn).parameters

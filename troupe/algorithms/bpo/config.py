@@ -15,6 +15,7 @@ from troupe.actors.sampling import SamplingConfig
 from troupe.algorithms.bpo.behavior import ar_cf, ar_literal, mixed_mean, mixed_meanstd
 from troupe.algorithms.grpo.config import EvalConfig, ReferenceConfig, RewardConfig, RolloutConfig
 from troupe.algorithms.sft import ModelConfig, SFTConfig
+from troupe.envs.video_qa.items import TEMPORAL_QTYPES
 from troupe.envs.video_qa.synthetic import VideoQAConfig
 from troupe.platform.config import RunConfig, check, registered
 from troupe.platform.registry import ADVANTAGES
@@ -36,6 +37,10 @@ class Arm:
     # Cells laid over the run's behaviour table for this arm's training packs only (evaluation
     # keeps the run's table, so every arm is measured the same way).
     table: dict[str, dict[str, str]] | None = None
+    adv_norm: str | None = None  # None: bpo.adv_norm
+    # Question types whose packs hold views (None: every type). The others train as a group of
+    # pack-size responses on the original view, under the arm's advantage (anchors only).
+    view_types: tuple[str, ...] | None = None
 
 
 # The baselines of §A.3 by name. SFT is every arm's step-0 evaluation.
@@ -48,6 +53,16 @@ ARMS: dict[str, Arm] = {
     **{f"bpo_{m}": Arm(views=True, advantage=m) for m in ADV_MODES},
     # Beyond §A.3: a reversed order/direction clip demands the other answer, not just any change.
     "bpo_flip": Arm(views=True, table={"temporal_order": {"reverse": "FLIP"}, "action_direction": {"reverse": "FLIP"}}),
+    # A diagnostic: views on the temporal types only. Where BPO loses counting accuracy to GRPO,
+    # this arm tells whether the loss comes from the non-temporal packs themselves (two anchors
+    # and their views, against GRPO's five responses) or from the temporal packs' updates.
+    "bpo_temporal_views": Arm(views=True, view_types=TEMPORAL_QTYPES),
+    # A diagnostic: GRPO's groups and reward under RLOO's advantage, r minus the others' mean,
+    # without GRPO's division by the group's std: AR-cf's advantage on a group of anchors, so it
+    # differs from bpo_temporal_views only in the temporal packs' views.
+    "grpo_rloo": Arm(views=False, reward="orig", advantage="rloo"),
+    # BPO with every pack scaled to the same update mass (bpo.adv_norm=pack_rms).
+    "bpo_pack_rms": Arm(views=True, adv_norm="pack_rms"),
 }
 
 
@@ -100,6 +115,10 @@ class BPOSettings:
     c_fa: float = 0.5  # false-abstention penalty
     r_fmt: float = 0.1  # bonus on original-view answers in the answer format
     adv_clip: float | None = None  # clip |A| to this (§A.2 suggests 2)
+    # Beyond §A.2 [ASM]: "pack_rms" divides each pack's advantages by their root mean square, so
+    # every pack carries the same update mass (GRPO's std division does this for its groups;
+    # AR-cf leaves counting packs a third of GRPO's share: docs/bpo.md). "none": §A.2's.
+    adv_norm: Literal["none", "pack_rms"] = "none"
     anchor_ema: float = 0.95  # per-type anchor baseline when anchors == 1
     pack_bonus: float = 0.5  # coherence bonus of the logged joint pack score
     behavior_table: dict[str, dict[str, str]] | None = None  # overrides of the default table, by type
@@ -120,6 +139,8 @@ class BPOSettings:
         check(self.anchors + self.num_views * self.per_view >= 2, "bpo.anchors", self.anchors,
               "a pack of at least 2 responses")
         check(0 <= self.anchor_ema < 1, "bpo.anchor_ema", self.anchor_ema, "a number in [0, 1)")
+        check(self.adv_norm in ("none", "pack_rms"), "bpo.adv_norm", self.adv_norm,
+              "'none' (§A.2's advantages) or 'pack_rms' (each pack scaled to unit root mean square)")
         unknown = [a for a in self.arms if a not in ARMS]
         check(not unknown and len(self.arms) > 0 and len(set(self.arms)) == len(self.arms), "bpo.arms", self.arms,
               f"distinct names among {', '.join(ARMS)}")
