@@ -116,8 +116,8 @@ class BPOSettings:
     r_fmt: float = 0.1  # bonus on original-view answers in the answer format
     adv_clip: float | None = None  # clip |A| to this (§A.2 suggests 2)
     # Beyond §A.2 [ASM]: "pack_rms" divides each pack's advantages by their root mean square, so
-    # every pack carries the same update mass (GRPO's std division does this for its groups;
-    # AR-cf leaves counting packs a third of GRPO's share: docs/bpo.md). "none": §A.2's.
+    # every pack carries the same update mass, as GRPO's std division does for its groups. On
+    # the main task it did not restore BPO's counting accuracy (docs/bpo.md). "none": §A.2's.
     adv_norm: Literal["none", "pack_rms"] = "none"
     anchor_ema: float = 0.95  # per-type anchor baseline when anchors == 1
     pack_bonus: float = 0.5  # coherence bonus of the logged joint pack score
