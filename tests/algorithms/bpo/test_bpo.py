@@ -74,7 +74,7 @@ def test_budget_matching_bpo_and_grpo_generate_the_same_number_of_responses(anch
     algo = _algo(anchors=anchors, num_views=num_views, per_view=per_view, prompts_per_step=8)
     items = algo.task.sample_items(8, "train", np.random.default_rng(0))
     sizes = {name: len(algo.build_pack(ARMS[name], items, np.random.default_rng(1)).prompts)
-             for name in ("bpo", "grpo", "aug_grpo", "bpo_random", "bpo_ar_literal", "bpo_flip", "bpo_temporal_views")}
+             for name in ("bpo", "grpo", "aug_grpo", "bpo_random", "bpo_ar_literal", "bpo_flip", "bpo_temporal_views", "aug_grpo_temporal_views")}
     want = 8 * (anchors + num_views * per_view)
     assert set(sizes.values()) == {want}
     assert len(algo.build_pack(ARMS["grpo_2x"], items, np.random.default_rng(1)).prompts) == 2 * want
@@ -121,6 +121,9 @@ def test_temporal_views_arm_trains_other_types_on_the_original_alone():
         else:  # five responses on the original, every one an anchor
             assert labels == ["ORIG"] * 5 and {r["view"] for r in rows} == {"orig"}
             assert pack.is_anchor[5 * j: 5 * j + 5].all()
+    aug = algo.build_pack(ARMS["aug_grpo_temporal_views"], items, np.random.default_rng(4))
+    assert [r["view"] for r in aug.rows] == [r["view"] for r in pack.rows]  # the same packs, STAB-rewarded
+    assert aug.labels == [("ORIG" if a else "STAB") for a in aug.is_anchor.tolist()]
     # AR-cf on an all-anchor group is each response's reward minus the others' mean.
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])
     adv = ar_cf(rewards, torch.zeros(5, dtype=torch.long), is_anchor=torch.ones(5, dtype=torch.bool),

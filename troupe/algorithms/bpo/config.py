@@ -61,6 +61,10 @@ ARMS: dict[str, Arm] = {
     # without GRPO's division by the group's std: AR-cf's advantage on a group of anchors, so it
     # differs from bpo_temporal_views only in the temporal packs' views.
     "grpo_rloo": Arm(views=False, reward="orig", advantage="rloo"),
+    # A diagnostic: Aug-GRPO's views on the temporal types only; the other types train as GRPO's
+    # groups. Beside bpo_temporal_views it tells whether counting moves with the views' inputs
+    # or with BPO's behaviour rewards on them.
+    "aug_grpo_temporal_views": Arm(views=True, reward="orig", advantage="grpo", view_types=TEMPORAL_QTYPES),
     # BPO with every pack scaled to the same update mass (bpo.adv_norm=pack_rms).
     "bpo_pack_rms": Arm(views=True, adv_norm="pack_rms"),
 }
