@@ -342,7 +342,7 @@ def test_config_errors_name_the_key():
         resolve(BPOConfig, BPO.presets_dir(), None, ["bpo.arms=[grpo,ppo]"])
     with pytest.raises(ConfigError, match="bpo.anchors"):
         resolve(BPOConfig, BPO.presets_dir(), None, ["bpo.anchors=0"])
-    with pytest.raises(ConfigError, match="bpo.adv_norm.*pack_rms"):
+    with pytest.raises(ConfigError, match="bpo.adv_norm.*pack_rms"):  # the config's Literal check
         resolve(BPOConfig, BPO.presets_dir(), None, ["bpo.adv_norm=std"])
     with pytest.raises(ConfigError, match="cue_strength"):
         resolve(BPOConfig, BPO.presets_dir(), None, ["task.cue_strength=1.5"])

@@ -37,7 +37,7 @@ class Arm:
     # Cells laid over the run's behaviour table for this arm's training packs only (evaluation
     # keeps the run's table, so every arm is measured the same way).
     table: dict[str, dict[str, str]] | None = None
-    adv_norm: str | None = None  # None: bpo.adv_norm
+    adv_norm: Literal["none", "pack_rms"] | None = None  # None: bpo.adv_norm
     # Question types whose packs hold views (None: every type). The others train as a group of
     # pack-size responses on the original view, under the arm's advantage (anchors only).
     view_types: tuple[str, ...] | None = None
@@ -143,8 +143,6 @@ class BPOSettings:
         check(self.anchors + self.num_views * self.per_view >= 2, "bpo.anchors", self.anchors,
               "a pack of at least 2 responses")
         check(0 <= self.anchor_ema < 1, "bpo.anchor_ema", self.anchor_ema, "a number in [0, 1)")
-        check(self.adv_norm in ("none", "pack_rms"), "bpo.adv_norm", self.adv_norm,
-              "'none' (§A.2's advantages) or 'pack_rms' (each pack scaled to unit root mean square)")
         unknown = [a for a in self.arms if a not in ARMS]
         check(not unknown and len(self.arms) > 0 and len(set(self.arms)) == len(self.arms), "bpo.arms", self.arms,
               f"distinct names among {', '.join(ARMS)}")
